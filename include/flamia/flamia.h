@@ -1,0 +1,113 @@
+/* flamia C ABI: FP8 attention for training, with one scale per (token, head).
+ *
+ * Stable, plain-C surface meant to be bound from other languages (the Python package uses
+ * it through ctypes). Tensors are passed as views (pointer, dtype, shape, strides in
+ * elements, device). A call whose tensors all live on the host runs the CPU specification
+ * (the exact emulation of the quantized algorithm); a call whose tensors live on one CUDA
+ * device runs the GPU kernels on the given stream. Mixing host and device tensors is an
+ * error.
+ *
+ * Every function returns a status; on failure flamia_last_error() gives a message naming
+ * the offending argument and what was expected. The message is per thread. */
+#ifndef FLAMIA_FLAMIA_H
+#define FLAMIA_FLAMIA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLAMIA_VERSION_MAJOR 0
+#define FLAMIA_VERSION_MINOR 1
+#define FLAMIA_VERSION_PATCH 0
+
+typedef enum flamia_status {
+  FLAMIA_SUCCESS = 0,
+  FLAMIA_ERROR_INVALID_ARGUMENT = 1, /* shape, dtype, layout, cu_seqlens, ... */
+  FLAMIA_ERROR_UNSUPPORTED = 2,      /* valid request this build or device cannot run */
+  FLAMIA_ERROR_CUDA = 3,             /* a CUDA runtime call failed */
+  FLAMIA_ERROR_NONFINITE = 4         /* checking mode found NaN/Inf in an input */
+} flamia_status;
+
+typedef enum flamia_dtype {
+  FLAMIA_DTYPE_BF16 = 0,
+  FLAMIA_DTYPE_FP32 = 1,
+  FLAMIA_DTYPE_INT32 = 2,
+  FLAMIA_DTYPE_UINT8 = 3
+} flamia_dtype;
+
+typedef enum flamia_recipe {
+  /* Every attention matmul in FP8 E4M3 (QK^T, PV, dO V^T, P^T dO, dS^T Q, dS K). */
+  FLAMIA_RECIPE_FP8 = 0,
+  /* Forward, dO V^T and P^T dO in FP8; the two matmuls with dS (dS^T Q, dS K) in BF16. */
+  FLAMIA_RECIPE_FP8_MIXED = 1
+} flamia_recipe;
+
+#define FLAMIA_MAX_DIMS 4
+#define FLAMIA_DEVICE_HOST (-1)
+
+typedef struct flamia_tensor {
+  void* data;
+  flamia_dtype dtype;
+  int32_t ndim;
+  int64_t shape[FLAMIA_MAX_DIMS];
+  int64_t strides[FLAMIA_MAX_DIMS]; /* in elements */
+  int32_t device;                   /* FLAMIA_DEVICE_HOST or a CUDA device ordinal */
+} flamia_tensor;
+
+/* Arguments common to the forward and the backward call. */
+typedef struct flamia_attention_args {
+  flamia_tensor q;          /* [T, Hq, D]  bf16, last dim contiguous */
+  flamia_tensor k;          /* [T, Hkv, D] bf16, last dim contiguous */
+  flamia_tensor v;          /* [T, Hkv, D] bf16, last dim contiguous */
+  flamia_tensor cu_seqlens; /* [B + 1] int32, 0 = cu[0] <= cu[1] <= ... <= cu[B] = T */
+  int32_t max_seqlen;       /* >= the longest document (an upper bound is fine) */
+  int32_t causal;           /* nonzero: token t attends to tokens <= t of its document */
+  float softmax_scale;      /* 0 selects 1/sqrt(D) */
+  flamia_recipe recipe;
+  void* stream;             /* cudaStream_t for device calls; ignored on the host */
+} flamia_attention_args;
+
+/* Bytes of the quantized-operand buffer ("qkv8") that the forward fills and the backward
+ * reads, so that q, k and v are quantized once per training step. for_backward = 0 sizes
+ * a forward-only buffer (inference), 1 one that also holds the layouts the backward reads.
+ * Returns 0 on invalid sizes. Device calls only; host calls need no buffer. */
+size_t flamia_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv, int32_t head_dim,
+                         flamia_recipe recipe, int32_t for_backward);
+
+/* Bytes of scratch the backward needs (quantized dO and its transpose, D = rowsum(dO*O)). */
+size_t flamia_backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv,
+                                       int32_t head_dim, flamia_recipe recipe);
+
+/* Quantize q, k, v into qkv8 (one fused pass). Lets a caller quantize once and reuse. */
+flamia_status flamia_quantize_qkv(const flamia_attention_args* args, void* qkv8, size_t qkv8_bytes,
+                                  int32_t for_backward);
+
+/* out [T, Hq, D] bf16; lse [Hq, T] fp32 (natural log). qkv8: see flamia_qkv8_bytes.
+ * qkv8_filled != 0 means qkv8 already holds q, k, v quantized by flamia_quantize_qkv with
+ * the same arguments, and the forward skips quantization. */
+flamia_status flamia_forward(const flamia_attention_args* args, flamia_tensor out, flamia_tensor lse,
+                             void* qkv8, size_t qkv8_bytes, int32_t qkv8_filled);
+
+/* dout, out [T, Hq, D] bf16; lse [Hq, T] fp32 from the forward; qkv8 as filled by the
+ * forward with for_backward = 1. Writes dq [T, Hq, D], dk and dv [T, Hkv, D] (bf16). */
+flamia_status flamia_backward(const flamia_attention_args* args, flamia_tensor dout, flamia_tensor out,
+                              flamia_tensor lse, const void* qkv8, size_t qkv8_bytes, void* workspace,
+                              size_t workspace_bytes, flamia_tensor dq, flamia_tensor dk, flamia_tensor dv);
+
+/* Message of the last failed call on this thread ("" if none). */
+const char* flamia_last_error(void);
+
+/* 1 if this build has GPU kernels and a supported (sm_90) device is present, else 0. */
+int32_t flamia_gpu_available(void);
+
+/* Short version/build description, e.g. "flamia 0.1.0 (sm90a)". */
+const char* flamia_version_string(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLAMIA_FLAMIA_H */

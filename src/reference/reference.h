@@ -1,0 +1,62 @@
+// CPU reference layer: exact attention in float64 and the emulation of the quantized
+// algorithm (the specification, docs/ALGORITHM.md). Host only; used by the C ABI for
+// host tensors, by the tests and by the numerics study.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "flamia/flamia.h"
+
+namespace flamia {
+namespace ref {
+
+// Shape of one packed attention problem. Tensors are dense row-major:
+// q/out/dout/dq [T, Hq, D], k/v/dk/dv [T, Hkv, D], lse [Hq, T].
+struct Problem {
+  int64_t total_tokens = 0;
+  int hq = 0, hkv = 0, head_dim = 0;
+  std::vector<int32_t> cu_seqlens;  // [B + 1]
+  bool causal = true;
+  float softmax_scale = 0.0f;       // resolved (never 0)
+  int num_docs() const { return int(cu_seqlens.size()) - 1; }
+};
+
+// Exact attention in float64. Masked-out rows (none for valid inputs) produce zeros.
+void exact_forward(const Problem& p, const double* q, const double* k, const double* v,
+                   double* out, double* lse);
+void exact_backward(const Problem& p, const double* q, const double* k, const double* v,
+                    const double* dout, double* dq, double* dk, double* dv);
+
+// How inputs (q, k, v, dO) are scaled before FP8 rounding.
+enum class Scheme {
+  PerToken,      // one scale per (token, head): flamia
+  PerTensor,     // one scale per (tensor, head) over the whole pack (cuDNN / TE style)
+  TokenBlock32,  // one scale per (32 consecutive packed tokens, head)
+  Bf16           // no FP8: BF16 operands everywhere (the BF16 attention baseline)
+};
+const char* scheme_name(Scheme s);
+
+// Tile sizes where they change results (docs/ALGORITHM.md). The GPU kernels report theirs.
+struct Tiling {
+  int fwd_block_n = 64;
+  int bwd_block_m = 64;
+  int bwd_block_n = 64;
+};
+
+struct EmulationConfig {
+  flamia_recipe recipe = FLAMIA_RECIPE_FP8;
+  Scheme scheme = Scheme::PerToken;
+  Tiling tiling;
+};
+
+// The specification. Inputs and outputs are BF16 bit patterns (uint16_t), lse FP32.
+void emulate_forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                     const uint16_t* k, const uint16_t* v, uint16_t* out, float* lse);
+void emulate_backward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                      const uint16_t* k, const uint16_t* v, const uint16_t* dout,
+                      const uint16_t* out, const float* lse, uint16_t* dq, uint16_t* dk,
+                      uint16_t* dv);
+
+}  // namespace ref
+}  // namespace flamia

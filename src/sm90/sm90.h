@@ -1,0 +1,59 @@
+// Host entry points of the sm_90a GPU path. The API layer validates arguments and calls
+// these; nothing here checks user input again. All work is enqueued on p.stream; no
+// function synchronises the device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "flamia/flamia.h"
+
+namespace flamia {
+namespace sm90 {
+
+// One packed problem on the device. Strides are in elements; the head_dim axis is
+// contiguous. q/k/v may be strided views (e.g. of a fused qkv tensor).
+struct Params {
+  const void* q; int64_t q_stride_t, q_stride_h;   // bf16 [T, Hq, D]
+  const void* k; int64_t k_stride_t, k_stride_h;   // bf16 [T, Hkv, D]
+  const void* v; int64_t v_stride_t, v_stride_h;   // bf16 [T, Hkv, D]
+  const int32_t* cu_seqlens;                       // [num_docs + 1], device
+  int num_docs;
+  int64_t total_tokens;
+  int max_seqlen;
+  int hq, hkv, head_dim;
+  bool causal;
+  float softmax_scale;                             // resolved (never 0)
+  flamia_recipe recipe;
+  cudaStream_t stream;
+};
+
+// Tile sizes the kernels use where they change results (must equal the emulation's).
+constexpr int kFwdBlockN = 64;
+constexpr int kBwdBlockM = 64;
+constexpr int kBwdBlockN = 64;
+
+size_t qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
+                  flamia_recipe recipe, bool for_backward);
+size_t backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv,
+                                int head_dim, flamia_recipe recipe);
+
+// Fused quantizer: q, k, v -> every FP8 layout the kernels read, plus per-token scales.
+cudaError_t quantize_qkv(const Params& p, void* qkv8, bool for_backward);
+
+// out: dense bf16 [T, Hq, D]; lse: fp32 [Hq, T].
+cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse);
+
+// dout, out: bf16 [T, Hq, D] with the given token/head strides; dq dense [T, Hq, D];
+// dk, dv dense [T, Hkv, D].
+cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
+                     const void* out, const float* lse, const void* qkv8, void* workspace,
+                     void* dq, void* dk, void* dv);
+
+// True when a device of compute capability 9.0 is present and usable.
+bool device_supported();
+
+}  // namespace sm90
+}  // namespace flamia
