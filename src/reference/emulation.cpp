@@ -1,0 +1,404 @@
+// The specification: a CPU emulation of the quantized attention algorithm of
+// docs/ALGORITHM.md, rounding point for rounding point.
+//
+// Loops are written so that every FP32 sum runs in a fixed, documented order (ascending
+// d for dot products, ascending token for tile sums), and so that the compiler can still
+// vectorize them *across* independent sums (e.g. S_j for many j at once, acc[d] for many
+// d at once) without reassociating any single sum. Every product inside a matmul is exact
+// in FP32 (E4M3*E4M3 and BF16*BF16 significands fit in 24 bits), so fused or unfused
+// multiply-adds give the same bits there.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "flamia/formats.h"
+#include "reference/reference.h"
+
+namespace flamia {
+namespace ref {
+
+const char* scheme_name(Scheme s) {
+  switch (s) {
+    case Scheme::PerToken: return "per_token";
+    case Scheme::PerTensor: return "per_tensor";
+    case Scheme::TokenBlock32: return "token_block32";
+    case Scheme::Bf16: return "bf16";
+  }
+  return "unknown";
+}
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+// max that keeps NaN (std::max and fmaxf drop it, which would launder a NaN input into a
+// finite scale or softmax maximum). The GPU uses max.NaN.f32 for the same reason.
+inline float max_nan(float a, float b) {
+  if (fmt::is_nan_f32(a) || fmt::is_nan_f32(b)) return kNan;
+  return a > b ? a : b;
+}
+
+inline float bf16_value(uint16_t b) { return fmt::bf16_bits_to_f32(b); }
+
+// An input tensor as it enters the matmuls: element values (FP8 codes decoded, or BF16
+// values) and one scale per (token, head); value * scale approximates the input.
+struct Operand {
+  int64_t tokens = 0;
+  int heads = 0, dim = 0;
+  std::vector<float> val;    // [T, H, D]
+  std::vector<float> scale;  // [T, H]
+  std::vector<float> bf16;   // [T, H, D] the BF16 input itself (fp8_mixed's dS matmuls)
+  const float* row(int64_t t, int h) const { return &val[(size_t(t) * heads + h) * dim]; }
+  const float* bf16_row(int64_t t, int h) const { return &bf16[(size_t(t) * heads + h) * dim]; }
+  float s(int64_t t, int h) const { return scale[size_t(t) * heads + h]; }
+};
+
+// Token range [t0, t1) that shares one scale with token t under a scheme.
+void scale_group(Scheme scheme, int64_t t, int64_t tokens, int64_t* t0, int64_t* t1) {
+  switch (scheme) {
+    case Scheme::PerTensor: *t0 = 0; *t1 = tokens; return;
+    case Scheme::TokenBlock32: *t0 = t / 32 * 32; *t1 = std::min<int64_t>(*t0 + 32, tokens); return;
+    default: *t0 = t; *t1 = t + 1; return;
+  }
+}
+
+// Quantize x [T, H, D] (BF16 bits) once, as docs/ALGORITHM.md §1 and §5.
+Operand quantize_input(const uint16_t* x, int64_t tokens, int heads, int dim, Scheme scheme) {
+  Operand op;
+  op.tokens = tokens;
+  op.heads = heads;
+  op.dim = dim;
+  const size_t n = size_t(tokens) * heads * dim;
+  op.bf16.resize(n);
+  for (size_t e = 0; e < n; ++e) op.bf16[e] = bf16_value(x[e]);
+  op.scale.assign(size_t(tokens) * heads, 1.0f);
+  if (scheme == Scheme::Bf16) {  // no FP8, no scales
+    op.val = op.bf16;
+    return op;
+  }
+  // amax per (token, head) first; group maxima are maxima of those.
+  std::vector<float> amax(size_t(tokens) * heads, 0.0f);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const float* r = &op.bf16[(size_t(t) * heads + h) * dim];
+      float a = 0.0f;
+      for (int d = 0; d < dim; ++d) a = max_nan(a, std::fabs(r[d]));
+      amax[size_t(t) * heads + h] = a;
+    }
+  for (int h = 0; h < heads; ++h) {
+    int64_t t = 0;
+    while (t < tokens) {
+      int64_t t0, t1;
+      scale_group(scheme, t, tokens, &t0, &t1);
+      float a = 0.0f;
+      for (int64_t u = t0; u < t1; ++u) a = max_nan(a, amax[size_t(u) * heads + h]);
+      const float s = fmt::pow2_scale(a);
+      for (int64_t u = t0; u < t1; ++u) op.scale[size_t(u) * heads + h] = s;
+      t = t1;
+    }
+  }
+  op.val.resize(n);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const size_t base = (size_t(t) * heads + h) * dim;
+      const float s = op.scale[size_t(t) * heads + h];
+      for (int d = 0; d < dim; ++d)
+        op.val[base + d] = fmt::e4m3_to_f32(fmt::quantize_e4m3(op.bf16[base + d], s));
+    }
+  return op;
+}
+
+// A computed operand (P, dS, with a folded input scale) rounded for its matmul:
+// FP8 with a tile scale, or BF16 (scheme bf16, and fp8_mixed's dS) with scale 1.
+// Rounds x[0..n) in place and returns the scale that multiplies the tile product.
+float round_tile_operand(float* x, int n, bool to_fp8) {
+  if (!to_fp8) {
+    for (int e = 0; e < n; ++e) x[e] = fmt::round_bf16(x[e]);
+    return 1.0f;
+  }
+  float amax = 0.0f;
+  for (int e = 0; e < n; ++e) amax = max_nan(amax, std::fabs(x[e]));
+  const float s = fmt::pow2_scale(amax);
+  for (int e = 0; e < n; ++e) x[e] = fmt::e4m3_to_f32(fmt::quantize_e4m3(x[e], s));
+  return s;
+}
+
+// Rows [0, n) of one (document, head) of an operand, transposed to [D][n], so that a
+// query row's dot products with many keys vectorize across keys while each one still
+// sums over d in ascending order.
+std::vector<float> transpose_rows(const Operand& op, int64_t base, int n, int h) {
+  std::vector<float> tr(size_t(op.dim) * n);
+  for (int j = 0; j < n; ++j) {
+    const float* r = op.row(base + j, h);
+    for (int d = 0; d < op.dim; ++d) tr[size_t(d) * n + j] = r[d];
+  }
+  return tr;
+}
+
+// out[j - j0] = sum_d a[d] * bt[d][j] for j in [j0, j1), each sum in ascending d.
+void dot_rows(const float* a, const float* bt, int n, int dim, int j0, int j1, float* out) {
+  const int w = j1 - j0;
+  for (int j = 0; j < w; ++j) out[j] = 0.0f;
+  for (int d = 0; d < dim; ++d) {
+    const float ad = a[d];
+    const float* b = bt + size_t(d) * n + j0;
+    for (int j = 0; j < w; ++j) out[j] += ad * b[j];
+  }
+}
+
+// The visible key range of query row i in a document of length L.
+inline int key_end(int i, int L, bool causal) { return causal ? i + 1 : L; }
+// The visible query range of key row j.
+inline int query_begin(int j, bool causal) { return causal ? j : 0; }
+
+struct ForwardContext {
+  const Problem* p;
+  const EmulationConfig* cfg;
+  const Operand* q;
+  const Operand* k;
+  const Operand* v;
+  float c;  // softmax_scale * log2(e)
+};
+
+// One query row i of document [base, base + L), head h: docs/ALGORITHM.md §2.
+void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, int i,
+                 const std::vector<float>& kt, float* s_buf, float* p_buf, float* acc,
+                 float* tile, uint16_t* out_row, float* lse_out) {
+  const int D = cx.p->head_dim, BN = cx.cfg->tiling.fwd_block_n;
+  const bool fp8 = cx.cfg->scheme != Scheme::Bf16;
+  const float c = cx.c;
+  const float* qi = cx.q->row(base + i, h);
+  const float sq = cx.q->s(base + i, h);
+  float m = -kInf, l = 0.0f, mc = 0.0f;
+  for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+  const int jend = key_end(i, L, cx.p->causal);
+  for (int n0 = 0; n0 < jend; n0 += BN) {
+    const int n1 = std::min(n0 + BN, jend), w = n1 - n0;
+    // 1. logits of the visible keys (masked keys are simply not in [n0, n1)).
+    dot_rows(qi, kt.data(), L, D, n0, n1, s_buf);
+    for (int j = 0; j < w; ++j) s_buf[j] = (s_buf[j] * sq) * cx.k->s(base + n0 + j, kvh);
+    // 2. running maximum.
+    float tile_max = -kInf;
+    for (int j = 0; j < w; ++j) tile_max = max_nan(tile_max, s_buf[j]);
+    const float m_new = max_nan(m, tile_max);
+    mc = m_new * c;
+    // 3. probabilities and the rescale factor.
+    for (int j = 0; j < w; ++j) p_buf[j] = std::exp2(std::fmaf(s_buf[j], c, -mc));
+    const float alpha = (m == -kInf) ? 0.0f : std::exp2(std::fmaf(m, c, -mc));
+    // 4. denominator from the unquantized p.
+    float rowsum = 0.0f;
+    for (int j = 0; j < w; ++j) rowsum += p_buf[j];
+    l = l * alpha + rowsum;
+    // 5. fold V's scale into P, round P for the PV matmul.
+    for (int j = 0; j < w; ++j) p_buf[j] *= cx.v->s(base + n0 + j, kvh);
+    const float sigma = round_tile_operand(p_buf, w, fp8);
+    // 6. tile product in a fresh FP32 accumulator, then scaled and added.
+    for (int d = 0; d < D; ++d) tile[d] = 0.0f;
+    for (int j = 0; j < w; ++j) {
+      const float pj = p_buf[j];
+      const float* vj = cx.v->row(base + n0 + j, kvh);
+      for (int d = 0; d < D; ++d) tile[d] += pj * vj[d];
+    }
+    for (int d = 0; d < D; ++d) acc[d] = acc[d] * alpha + sigma * tile[d];
+    m = m_new;
+  }
+  for (int d = 0; d < D; ++d) out_row[d] = fmt::f32_to_bf16_bits(acc[d] / l);
+  *lse_out = (mc + std::log2(l)) * kLn2;
+}
+
+float softmax_c(const Problem& p) { return p.softmax_scale * kLog2e; }
+
+}  // namespace
+
+void emulate_forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                     const uint16_t* k, const uint16_t* v, uint16_t* out, float* lse) {
+  const int64_t T = p.total_tokens;
+  const int Hq = p.hq, Hkv = p.hkv, D = p.head_dim, group = Hq / Hkv;
+  const Operand q8 = quantize_input(q, T, Hq, D, cfg.scheme);
+  const Operand k8 = quantize_input(k, T, Hkv, D, cfg.scheme);
+  const Operand v8 = quantize_input(v, T, Hkv, D, cfg.scheme);
+  const ForwardContext cx{&p, &cfg, &q8, &k8, &v8, softmax_c(p)};
+  const int BN = cfg.tiling.fwd_block_n;
+  std::vector<float> s_buf(BN), p_buf(BN), acc(D), tile(D);
+  for (int b = 0; b < p.num_docs(); ++b) {
+    const int64_t base = p.cu_seqlens[b];
+    const int L = int(p.cu_seqlens[b + 1] - base);
+    if (L <= 0) continue;
+    for (int kvh = 0; kvh < Hkv; ++kvh) {
+      const std::vector<float> kt = transpose_rows(k8, base, L, kvh);
+      for (int h = kvh * group; h < (kvh + 1) * group; ++h)
+        for (int i = 0; i < L; ++i)
+          forward_row(cx, base, L, h, kvh, i, kt, s_buf.data(), p_buf.data(), acc.data(),
+                      tile.data(), out + (size_t(base + i) * Hq + h) * D,
+                      lse + size_t(h) * T + base + i);
+    }
+  }
+}
+
+namespace {
+
+// P and dS of one (document, query head) for all visible pairs, row-major [L][L]
+// (entries of masked pairs are left 0 and never read).
+struct PairMatrices {
+  std::vector<float> P, dS;
+};
+
+PairMatrices pair_matrices(const Problem& p, const Operand& q8, const Operand& k8,
+                           const Operand& v8, const Operand& do8, const float* lse2,
+                           const float* Drow, int64_t base, int L, int h, int kvh) {
+  const int D = p.head_dim;
+  const float c = softmax_c(p);
+  PairMatrices pm;
+  pm.P.assign(size_t(L) * L, 0.0f);
+  pm.dS.assign(size_t(L) * L, 0.0f);
+  const std::vector<float> kt = transpose_rows(k8, base, L, kvh);
+  const std::vector<float> vt = transpose_rows(v8, base, L, kvh);
+  std::vector<float> s(L), dp(L);
+  for (int i = 0; i < L; ++i) {
+    const int jend = key_end(i, L, p.causal);
+    const int64_t ti = base + i;
+    dot_rows(q8.row(ti, h), kt.data(), L, D, 0, jend, s.data());
+    dot_rows(do8.row(ti, h), vt.data(), L, D, 0, jend, dp.data());
+    const float sq = q8.s(ti, h), sdo = do8.s(ti, h);
+    for (int j = 0; j < jend; ++j) {
+      const float S = (s[j] * sq) * k8.s(base + j, kvh);
+      const float P = std::exp2(std::fmaf(S, c, -lse2[i]));
+      const float dP = (dp[j] * sdo) * v8.s(base + j, kvh);
+      pm.P[size_t(i) * L + j] = P;
+      pm.dS[size_t(i) * L + j] = P * (dP - Drow[i]);
+    }
+  }
+  return pm;
+}
+
+// Which operands of the backward's matmuls are FP8 (the rest are BF16).
+struct BackwardPrecision {
+  bool pdo_fp8;  // P^T dO (dV); also dO V^T, which is FP8 whenever the scheme is
+  bool ds_fp8;   // dS^T Q (dK) and dS K (dQ)
+};
+
+BackwardPrecision backward_precision(const EmulationConfig& cfg) {
+  const bool fp8 = cfg.scheme != Scheme::Bf16;
+  return {fp8, fp8 && cfg.recipe == FLAMIA_RECIPE_FP8};
+}
+
+// dV and dK contributions of one query head to key rows of one document: for each key j,
+// query tiles [m0, m0 + BM) from the document start, each tile product in a fresh FP32
+// accumulator, multiplied by its scale and added.
+void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMatrices& pm,
+                     const Operand& q8, const Operand& do8, int64_t base, int L, int h,
+                     float* dk_acc, float* dv_acc) {
+  const int D = p.head_dim, BM = cfg.tiling.bwd_block_m;
+  const BackwardPrecision prec = backward_precision(cfg);
+  std::vector<float> x(BM), tile(D);
+  for (int j = 0; j < L; ++j) {
+    float* dkj = dk_acc + size_t(j) * D;
+    float* dvj = dv_acc + size_t(j) * D;
+    const int ibeg = query_begin(j, p.causal);
+    for (int m0 = ibeg / BM * BM; m0 < L; m0 += BM) {
+      const int i0 = std::max(m0, ibeg), i1 = std::min(m0 + BM, L), w = i1 - i0;
+      // dV: P with dO's scale folded in, times dO8.
+      for (int r = 0; r < w; ++r)
+        x[r] = pm.P[size_t(i0 + r) * L + j] * do8.s(base + i0 + r, h);
+      float scale = round_tile_operand(x.data(), w, prec.pdo_fp8);
+      for (int d = 0; d < D; ++d) tile[d] = 0.0f;
+      for (int r = 0; r < w; ++r) {
+        const float* o = do8.row(base + i0 + r, h);
+        for (int d = 0; d < D; ++d) tile[d] += x[r] * o[d];
+      }
+      for (int d = 0; d < D; ++d) dvj[d] += scale * tile[d];
+      // dK: dS with Q's scale folded in, times q8 (fp8); or bf16(dS) times bf16 q.
+      for (int r = 0; r < w; ++r) {
+        const float ds = pm.dS[size_t(i0 + r) * L + j];
+        x[r] = prec.ds_fp8 ? ds * q8.s(base + i0 + r, h) : ds;
+      }
+      scale = round_tile_operand(x.data(), w, prec.ds_fp8);
+      for (int d = 0; d < D; ++d) tile[d] = 0.0f;
+      for (int r = 0; r < w; ++r) {
+        const float* qr = prec.ds_fp8 ? q8.row(base + i0 + r, h) : q8.bf16_row(base + i0 + r, h);
+        for (int d = 0; d < D; ++d) tile[d] += x[r] * qr[d];
+      }
+      for (int d = 0; d < D; ++d) dkj[d] += scale * tile[d];
+    }
+  }
+}
+
+// dQ of one query head for the rows of one document: key tiles [n0, n0 + BN).
+void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices& pm,
+                const Operand& k8, int64_t base, int L, int h, int kvh, uint16_t* dq) {
+  const int D = p.head_dim, BN = cfg.tiling.bwd_block_n;
+  const BackwardPrecision prec = backward_precision(cfg);
+  std::vector<float> x(BN), tile(D), acc(D);
+  for (int i = 0; i < L; ++i) {
+    for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+    const int jend = key_end(i, L, p.causal);
+    for (int n0 = 0; n0 < jend; n0 += BN) {
+      const int n1 = std::min(n0 + BN, jend), w = n1 - n0;
+      for (int r = 0; r < w; ++r) {
+        const float ds = pm.dS[size_t(i) * L + n0 + r];
+        x[r] = prec.ds_fp8 ? ds * k8.s(base + n0 + r, kvh) : ds;
+      }
+      const float scale = round_tile_operand(x.data(), w, prec.ds_fp8);
+      for (int d = 0; d < D; ++d) tile[d] = 0.0f;
+      for (int r = 0; r < w; ++r) {
+        const float* kr = prec.ds_fp8 ? k8.row(base + n0 + r, kvh) : k8.bf16_row(base + n0 + r, kvh);
+        for (int d = 0; d < D; ++d) tile[d] += x[r] * kr[d];
+      }
+      for (int d = 0; d < D; ++d) acc[d] += scale * tile[d];
+    }
+    uint16_t* out = dq + (size_t(base + i) * p.hq + h) * D;
+    for (int d = 0; d < D; ++d) out[d] = fmt::f32_to_bf16_bits(p.softmax_scale * acc[d]);
+  }
+}
+
+}  // namespace
+
+void emulate_backward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                      const uint16_t* k, const uint16_t* v, const uint16_t* dout,
+                      const uint16_t* out, const float* lse, uint16_t* dq, uint16_t* dk,
+                      uint16_t* dv) {
+  const int64_t T = p.total_tokens;
+  const int Hq = p.hq, Hkv = p.hkv, D = p.head_dim, group = Hq / Hkv;
+  // The same quantized operands and scales as the forward (§2 of DESIGN.md).
+  const Operand q8 = quantize_input(q, T, Hq, D, cfg.scheme);
+  const Operand k8 = quantize_input(k, T, Hkv, D, cfg.scheme);
+  const Operand v8 = quantize_input(v, T, Hkv, D, cfg.scheme);
+  const Operand do8 = quantize_input(dout, T, Hq, D, cfg.scheme);
+  for (int b = 0; b < p.num_docs(); ++b) {
+    const int64_t base = p.cu_seqlens[b];
+    const int L = int(p.cu_seqlens[b + 1] - base);
+    if (L <= 0) continue;
+    for (int kvh = 0; kvh < Hkv; ++kvh) {
+      // dK/dV of a kv head sum over its query heads in increasing order, then tiles.
+      std::vector<float> dk_acc(size_t(L) * D, 0.0f), dv_acc(size_t(L) * D, 0.0f);
+      for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+        std::vector<float> lse2(L), Drow(L);
+        for (int i = 0; i < L; ++i) {
+          const size_t row = (size_t(base + i) * Hq + h) * D;
+          float acc = 0.0f;  // D = rowsum(dO * O) from the BF16 tensors
+          for (int d = 0; d < D; ++d) acc += bf16_value(dout[row + d]) * bf16_value(out[row + d]);
+          Drow[i] = acc;
+          lse2[i] = lse[size_t(h) * T + base + i] * kLog2e;
+        }
+        const PairMatrices pm =
+            pair_matrices(p, q8, k8, v8, do8, lse2.data(), Drow.data(), base, L, h, kvh);
+        accumulate_dkdv(p, cfg, pm, q8, do8, base, L, h, dk_acc.data(), dv_acc.data());
+        compute_dq(p, cfg, pm, k8, base, L, h, kvh, dq);
+      }
+      for (int j = 0; j < L; ++j) {
+        const size_t row = (size_t(base + j) * Hkv + kvh) * D;
+        for (int d = 0; d < D; ++d) {
+          dk[row + d] = fmt::f32_to_bf16_bits(p.softmax_scale * dk_acc[size_t(j) * D + d]);
+          dv[row + d] = fmt::f32_to_bf16_bits(dv_acc[size_t(j) * D + d]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ref
+}  // namespace flamia
