@@ -84,10 +84,14 @@ FLAMIA_HD uint8_t fp8_encode(float x, bool saturate) {
   const uint32_t bits = f32_bits(x);
   const uint8_t sign = uint8_t((bits >> 31) << 7);
   const uint32_t abits = bits & 0x7fffffffu;
-  constexpr uint8_t kNan = F::kIeee ? 0x7e : 0x7f;
+  // NaN encodes as the positive canonical code 0x7f in both formats (S.1111.111 for E4M3,
+  // S.11111.11 for E5M2). OCP FP8 leaves the NaN sign and payload open; 0x7f is what CUDA's
+  // conversions (__nv_cvt_float_to_fp8 on the host, cvt.rn.satfinite on sm_89+) produce, so
+  // CPU and GPU quantizers agree bit for bit even on NaN inputs.
+  constexpr uint8_t kNan = 0x7f;
   constexpr uint8_t kInf = 0x7c;  // E5M2 only
   constexpr uint8_t kMaxCode = F::kIeee ? 0x7b : 0x7e;
-  if (abits > 0x7f800000u) return uint8_t(sign | kNan);
+  if (abits > 0x7f800000u) return kNan;
   if (abits == 0x7f800000u) return saturate ? uint8_t(sign | kMaxCode) : uint8_t(sign | (F::kIeee ? kInf : kNan));
   // Work in units of the smallest subnormal: value = n * 2^(1-bias-M), n an integer after rounding.
   // For normals of exponent e the quantum is 2^(e-M); below the normal range it is the subnormal quantum.
@@ -197,15 +201,17 @@ FLAMIA_HD float e2m1_to_f32(uint8_t code) {
   return (code & 8u) ? -v : v;
 }
 
-// Round to nearest, ties to even code (even mantissa), saturating at 6. E2M1 has no NaN:
-// NaN encodes as (signed) zero, so NVFP4 carries NaN in its block scale instead.
+// Round to nearest, ties to even code (even mantissa), saturating at 6 (Inf too). E2M1 has
+// no NaN and OCP leaves its conversion open: NaN gives +6 (code 0x7), as CUDA's
+// __nv_cvt_float_to_fp4 / cvt.rn.satfinite.e2m1x2 do, so that CPU and GPU codes agree.
+// NVFP4 carries NaN in its block scale instead (nvfp4_quantize_block).
 FLAMIA_HD uint8_t e2m1_rn_sat(float x) {
   const uint32_t b = f32_bits(x);
   const uint8_t sign = uint8_t((b >> 31) << 3);
   const float a = bits_f32(b & 0x7fffffffu);
+  if (is_nan_f32(a)) return 0x7;
   uint8_t c;
-  if (is_nan_f32(a)) c = 0;
-  else if (a <= 0.25f) c = 0;      // tie 0.25 -> 0 (even)
+  if (a <= 0.25f) c = 0;           // tie 0.25 -> 0 (even)
   else if (a < 0.75f) c = 1;       // 0.5
   else if (a <= 1.25f) c = 2;      // tie 0.75 -> 1.0 (even); tie 1.25 -> 1.0 (even)
   else if (a < 1.75f) c = 3;       // 1.5
@@ -253,6 +259,8 @@ FLAMIA_HD void mxfp8_quantize_block(const float* x, int n, uint8_t* codes, uint8
 // NVFP4: E2M1 elements, one E4M3 scale per 16 elements, one FP32 scale per tensor (or
 // tensor-head). Tensor scale g = amax_tensor / (448 * 6) so that block scales use E4M3's
 // range; block scale b = e4m3(amax_block / (6 * g)); element = e2m1(x / (b * g)).
+// A block holding NaN or Inf gets the E4M3 NaN code as its scale, so every element of it
+// decodes to NaN: E2M1 cannot carry NaN, and a saturated scale would launder it.
 // ---------------------------------------------------------------------------------------
 constexpr int kNvfp4Block = 16;
 
@@ -264,8 +272,13 @@ FLAMIA_HD float nvfp4_tensor_scale(float amax_tensor) {
 FLAMIA_HD void nvfp4_quantize_block(const float* x, int n, float tensor_scale, uint8_t* codes,
                                     uint8_t* block_scale_code) {
   float amax = 0.0f;
-  for (int i = 0; i < n; ++i) { const float a = fabsf(x[i]); amax = a > amax ? a : amax; }
-  *block_scale_code = e4m3_rn_sat(amax / (6.0f * tensor_scale));
+  bool bad = false;
+  for (int i = 0; i < n; ++i) {
+    const float a = fabsf(x[i]);
+    if (!is_finite_f32(x[i])) bad = true;
+    amax = a > amax ? a : amax;
+  }
+  *block_scale_code = bad ? uint8_t(0x7f) : e4m3_rn_sat(amax / (6.0f * tensor_scale));
   const float s = e4m3_to_f32(*block_scale_code) * tensor_scale;
   for (int i = 0; i < n; ++i) codes[i] = (s > 0.0f) ? e2m1_rn_sat(x[i] / s) : uint8_t(0);
 }
