@@ -1,0 +1,268 @@
+"""PyTorch ops over the flamia C ABI.
+
+Two custom ops, "flamia::fwd" and "flamia::bwd", are registered with torch.library so
+that torch.compile sees opaque nodes with known output shapes (fake implementations) and
+an autograd formula, instead of breaking the graph at a ctypes call. The forward returns
+the quantized-operand buffer ("qkv8") as a third output; autograd saves it, so q/k/v are
+quantized once per training step and the backward reuses them.
+
+Validation policy: the C library checks shapes, dtypes, strides and cu_seqlens and names the
+bad argument; Python only checks what the library cannot see (a CPU tensor handed to the
+CUDA-only autograd path, a dtype the ABI has no code for, a rank needed for allocation).
+"""
+
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from . import _lib
+from ._lib import FlamiaError
+
+__all__ = ["attention", "flash_attn_varlen_func", "forward", "backward", "tensor_view"]
+
+_DTYPES = {
+    torch.bfloat16: _lib.DTYPE_BF16,
+    torch.float32: _lib.DTYPE_FP32,
+    torch.int32: _lib.DTYPE_INT32,
+    torch.uint8: _lib.DTYPE_UINT8,
+}
+_EXPECTED = {"cu_seqlens": "torch.int32", "lse": "torch.float32", "qkv8": "torch.uint8"}
+
+
+def tensor_view(t: Tensor, name: str) -> _lib.Tensor:
+    """Describe a torch tensor to the C ABI (no copy)."""
+    dt = _DTYPES.get(t.dtype)
+    if dt is None:
+        # The ABI has no code for this dtype, so the library could not even name it.
+        want = _EXPECTED.get(name, "torch.bfloat16")
+        raise FlamiaError(f"flamia: {name} must be {want}, got {t.dtype}")
+    if t.device.type == "cuda":
+        dev = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    elif t.device.type == "cpu":
+        dev = _lib.DEVICE_HOST
+    else:
+        raise FlamiaError(f"flamia: {name} is on device {t.device}; expected a CUDA tensor")
+    return _lib.Tensor.make(t.data_ptr(), dt, tuple(t.shape), tuple(t.stride()), dev)
+
+
+def _require_cuda(t: Tensor, name: str) -> None:
+    if not isinstance(t, Tensor):
+        raise FlamiaError(f"flamia: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise FlamiaError(f"flamia: {name} must be a CUDA tensor (got device {t.device})")
+
+
+def _require_rank(t: Tensor, name: str, ndim: int, layout: str) -> None:
+    # The rank is needed here to size the outputs before the library sees anything.
+    if t.dim() != ndim:
+        raise FlamiaError(f"flamia: {name} must have {ndim} dims {layout}, got shape {tuple(t.shape)}")
+
+
+def _make_args(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool,
+               softmax_scale: float, recipe: str) -> _lib.AttentionArgs:
+    a = _lib.AttentionArgs()
+    a.q = tensor_view(q, "q")
+    a.k = tensor_view(k, "k")
+    a.v = tensor_view(v, "v")
+    a.cu_seqlens = tensor_view(cu_seqlens, "cu_seqlens")
+    a.max_seqlen = int(max_seqlen)
+    a.causal = 1 if causal else 0
+    a.softmax_scale = float(softmax_scale)  # 0 lets the library pick 1/sqrt(D)
+    a.recipe = _lib.recipe_id(recipe)
+    a.stream = torch.cuda.current_stream(q.device).cuda_stream if q.device.type == "cuda" else None
+    return a
+
+
+def _num_docs(cu_seqlens: Tensor) -> int:
+    return max(int(cu_seqlens.shape[0]) - 1, 0) if cu_seqlens.dim() == 1 else 0
+
+
+# ---- eager entry points (also used by the custom ops) ---------------------------------------
+def forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool = True,
+            softmax_scale: float = 0.0, recipe: str = "fp8",
+            for_backward: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
+    """Quantize + forward. Returns (out [T,Hq,D] bf16, lse [Hq,T] fp32, qkv8 uint8)."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)):
+        _require_cuda(t, name)
+    _require_rank(q, "q", 3, "[T, Hq, D]")
+    _require_rank(k, "k", 3, "[T, Hkv, D]")
+    lib = _lib.get()
+    rid = _lib.recipe_id(recipe)
+    T, hq, d = q.shape
+    hkv = k.shape[1]
+    dev = q.device
+    out = torch.empty((T, hq, d), dtype=torch.bfloat16, device=dev)
+    lse = torch.empty((hq, T), dtype=torch.float32, device=dev)
+    nbytes = lib.qkv8_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, rid, for_backward)
+    # nbytes == 0 means the sizes are invalid; the forward call below then reports which.
+    qkv8 = torch.empty((nbytes,), dtype=torch.uint8, device=dev)
+    with torch.cuda.device(dev):
+        args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe)
+        lib.forward(args, tensor_view(out, "out"), tensor_view(lse, "lse"),
+                    qkv8.data_ptr() if nbytes else 0, nbytes, False)
+    return out, lse, qkv8
+
+
+def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, qkv8: Tensor,
+             cu_seqlens: Tensor, max_seqlen: int, causal: bool = True, softmax_scale: float = 0.0,
+             recipe: str = "fp8") -> Tuple[Tensor, Tensor, Tensor]:
+    """Backward from the forward's saved (out, lse, qkv8). Returns (dq, dk, dv) in bf16."""
+    for name, t in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse),
+                    ("qkv8", qkv8), ("cu_seqlens", cu_seqlens)):
+        _require_cuda(t, name)
+    _require_rank(q, "q", 3, "[T, Hq, D]")
+    _require_rank(k, "k", 3, "[T, Hkv, D]")
+    lib = _lib.get()
+    rid = _lib.recipe_id(recipe)
+    T, hq, d = q.shape
+    hkv = k.shape[1]
+    dev = q.device
+    # The kernels read dout with a contiguous head dim; a transposed/expanded grad is common.
+    dout = dout.contiguous()
+    dq = torch.empty((T, hq, d), dtype=torch.bfloat16, device=dev)
+    dk = torch.empty(tuple(k.shape), dtype=torch.bfloat16, device=dev)
+    dv = torch.empty(tuple(v.shape), dtype=torch.bfloat16, device=dev)
+    wbytes = lib.backward_workspace_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, rid)
+    ws = torch.empty((wbytes,), dtype=torch.uint8, device=dev)
+    with torch.cuda.device(dev):
+        args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe)
+        lib.backward(args, tensor_view(dout, "dout"), tensor_view(out, "out"), tensor_view(lse, "lse"),
+                     qkv8.data_ptr() if qkv8.numel() else 0, qkv8.numel(),
+                     ws.data_ptr() if wbytes else 0, wbytes,
+                     tensor_view(dq, "dq"), tensor_view(dk, "dk"), tensor_view(dv, "dv"))
+    return dq, dk, dv
+
+
+# ---- custom ops ------------------------------------------------------------------------------
+@torch.library.custom_op("flamia::fwd", mutates_args=())
+def _fwd_op(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool,
+            softmax_scale: float, recipe: str, for_backward: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    return forward(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward)
+
+
+def _qkv8_fake_size(q: Tensor, k: Tensor, cu_seqlens: Tensor, recipe: str, for_backward: bool):
+    """The qkv8 size during tracing: exact when shapes are concrete and the library loads
+    (the size is a pure function of shapes), else an unbacked symbolic size."""
+    dims = (q.shape[0], q.shape[1], k.shape[1] if k.dim() == 3 else 0, q.shape[2],
+            cu_seqlens.shape[0] if cu_seqlens.dim() == 1 else 1)
+    if all(isinstance(x, int) for x in dims) and _lib.available() and recipe in _lib.RECIPES:
+        T, hq, hkv, d, n = dims
+        return _lib.get().qkv8_bytes(T, max(n - 1, 0), hq, hkv, d, _lib.RECIPES[recipe], for_backward)
+    return torch.library.get_ctx().new_dynamic_size()
+
+
+@_fwd_op.register_fake
+def _fwd_fake(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward):
+    T, hq, d = q.shape
+    out = q.new_empty((T, hq, d), dtype=torch.bfloat16)
+    lse = q.new_empty((hq, T), dtype=torch.float32)
+    qkv8 = q.new_empty((_qkv8_fake_size(q, k, cu_seqlens, recipe, for_backward),), dtype=torch.uint8)
+    return out, lse, qkv8
+
+
+@torch.library.custom_op("flamia::bwd", mutates_args=())
+def _bwd_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, qkv8: Tensor,
+            cu_seqlens: Tensor, max_seqlen: int, causal: bool, softmax_scale: float,
+            recipe: str) -> Tuple[Tensor, Tensor, Tensor]:
+    return backward(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, softmax_scale, recipe)
+
+
+@_bwd_op.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, softmax_scale, recipe):
+    return (q.new_empty(q.shape, dtype=torch.bfloat16), k.new_empty(k.shape, dtype=torch.bfloat16),
+            v.new_empty(v.shape, dtype=torch.bfloat16))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward = inputs
+    out, lse, qkv8 = output
+    ctx.save_for_backward(q, k, v, out, lse, qkv8, cu_seqlens)
+    ctx.max_seqlen = max_seqlen
+    ctx.causal = causal
+    ctx.softmax_scale = softmax_scale
+    ctx.recipe = recipe
+    ctx.for_backward = for_backward
+    # lse/qkv8 carry no gradient of their own; flamia's backward, like FlashAttention's,
+    # propagates through O only.
+    ctx.mark_non_differentiable(lse, qkv8)
+
+
+def _backward(ctx, dout, dlse, dqkv8):
+    q, k, v, out, lse, qkv8, cu_seqlens = ctx.saved_tensors
+    if not ctx.for_backward:
+        raise FlamiaError("flamia: backward through a forward run without for_backward "
+                          "(grad was disabled when the forward ran)")
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.flamia.bwd(dout.contiguous(), q, k, v, out, lse, qkv8, cu_seqlens,
+                                      ctx.max_seqlen, ctx.causal, ctx.softmax_scale, ctx.recipe)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+torch.library.register_autograd("flamia::fwd", _backward, setup_context=_setup_context)
+
+
+# ---- public API ------------------------------------------------------------------------------
+def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int,
+              causal: bool = True, softmax_scale: Optional[float] = None, recipe: str = "fp8",
+              return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """FP8 attention over a packed batch of documents.
+
+    q [T, Hq, D], k/v [T, Hkv, D] bf16 CUDA tensors (Hq a multiple of Hkv, D in {64, 128},
+    last dim contiguous); cu_seqlens int32 [B+1] on the same device; max_seqlen >= the
+    longest document. Runs on torch.cuda.current_stream(). Returns out [T, Hq, D] bf16
+    (and lse [Hq, T] fp32 when return_lse). Differentiable w.r.t. q, k, v.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)):
+        _require_cuda(t, name)
+    _lib.recipe_id(recipe)  # fail early, with the list of recipes
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens, int(max_seqlen), bool(causal),
+                                       float(softmax_scale) if softmax_scale is not None else 0.0,
+                                       recipe, needs_grad)
+    return (out, lse) if return_lse else out
+
+
+def _is_compiling() -> bool:
+    try:
+        return bool(torch.compiler.is_compiling())
+    except AttributeError:  # older torch
+        return False
+
+
+def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                           max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+                           softmax_scale: Optional[float] = None, causal: bool = False,
+                           window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                           alibi_slopes: Optional[Tensor] = None, deterministic: bool = False,
+                           return_attn_probs: bool = False, block_table: Optional[Tensor] = None,
+                           *, recipe: str = "fp8"):
+    """Drop-in for flash_attn.flash_attn_varlen_func (same argument order), self-attention only.
+
+    cu_seqlens_q must equal cu_seqlens_k; dropout, sliding windows, softcap, ALiBi and paged
+    KV are not supported and raise. `deterministic` is accepted for compatibility. With
+    return_attn_probs, returns (out, lse, None) like flash_attn (lse [Hq, T]).
+    """
+    if dropout_p != 0.0:
+        raise FlamiaError(f"flamia: dropout_p must be 0 (got {dropout_p}); flamia has no attention dropout")
+    if tuple(window_size) != (-1, -1):
+        raise FlamiaError(f"flamia: window_size must be (-1, -1) (got {tuple(window_size)})")
+    if softcap != 0.0:
+        raise FlamiaError(f"flamia: softcap must be 0 (got {softcap})")
+    if alibi_slopes is not None:
+        raise FlamiaError("flamia: alibi_slopes is not supported")
+    if block_table is not None:
+        raise FlamiaError("flamia: block_table (paged KV) is not supported")
+    if cu_seqlens_q is not cu_seqlens_k:
+        if tuple(cu_seqlens_q.shape) != tuple(cu_seqlens_k.shape):
+            raise FlamiaError("flamia: cu_seqlens_q must equal cu_seqlens_k (self-attention only); "
+                              f"their shapes differ: {tuple(cu_seqlens_q.shape)} vs {tuple(cu_seqlens_k.shape)}")
+        # A value check needs a host sync, which a compiled graph cannot take: do it in eager.
+        if not _is_compiling() and not torch.equal(cu_seqlens_q, cu_seqlens_k):
+            raise FlamiaError("flamia: cu_seqlens_q must equal cu_seqlens_k (self-attention only)")
+    out, lse = attention(q, k, v, cu_seqlens_q, max(int(max_seqlen_q), int(max_seqlen_k)), causal=causal,
+                         softmax_scale=softmax_scale, recipe=recipe, return_lse=True)
+    if return_attn_probs:
+        return out, lse, None
+    return out
