@@ -1,0 +1,404 @@
+// The emulation against a second, deliberately literal transcription of
+// docs/ALGORITHM.md (scalar loops, one pair at a time), bit for bit; power-of-two
+// invariances; NaN/Inf propagation confined to the affected document.
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "test_util.h"
+
+namespace flamia {
+namespace ref {
+namespace testing {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Literal transcription of docs/ALGORITHM.md. Slow and simple on purpose.
+// ---------------------------------------------------------------------------------------
+float nanmax(float a, float b) { return (std::isnan(a) || std::isnan(b)) ? NAN : (a > b ? a : b); }
+
+struct Quantized {
+  std::vector<float> x8, s, raw;  // element values, scales [T, H], BF16 input values
+  int H, D;
+  float e(int64_t t, int h, int d) const { return x8[(t * H + h) * D + d]; }
+  float r(int64_t t, int h, int d) const { return raw[(t * H + h) * D + d]; }
+  float sc(int64_t t, int h) const { return s[t * H + h]; }
+};
+
+Quantized literal_quantize(const Bits& x, int64_t T, int H, int D, Scheme scheme) {
+  Quantized out{std::vector<float>(x.size()), std::vector<float>(T * H, 1.0f), std::vector<float>(x.size()), H, D};
+  for (size_t e = 0; e < x.size(); ++e) out.raw[e] = from_bf16(x[e]);
+  for (int h = 0; h < H; ++h)
+    for (int64_t t = 0; t < T; ++t) {
+      int64_t g0 = t, g1 = t + 1;  // tokens sharing t's scale
+      if (scheme == Scheme::PerTensor) { g0 = 0; g1 = T; }
+      if (scheme == Scheme::TokenBlock32) { g0 = t - t % 32; g1 = std::min<int64_t>(g0 + 32, T); }
+      float amax = 0.0f;
+      for (int64_t u = g0; u < g1; ++u)
+        for (int d = 0; d < D; ++d) amax = nanmax(amax, std::fabs(out.r(u, h, d)));
+      const float s = scheme == Scheme::Bf16 ? 1.0f : fmt::pow2_scale(amax);
+      out.s[t * H + h] = s;
+      for (int d = 0; d < D; ++d)
+        out.x8[(t * H + h) * D + d] =
+            scheme == Scheme::Bf16 ? out.r(t, h, d) : fmt::e4m3_to_f32(fmt::quantize_e4m3(out.r(t, h, d), s));
+    }
+  return out;
+}
+
+// Rounds values for a matmul: FP8 with the scale of their max, or BF16 (scale 1).
+float literal_round(std::vector<float>& x, bool fp8) {
+  if (!fp8) {
+    for (float& e : x) e = fmt::round_bf16(e);
+    return 1.0f;
+  }
+  float amax = 0.0f;
+  for (float e : x) amax = nanmax(amax, std::fabs(e));
+  const float s = fmt::pow2_scale(amax);
+  for (float& e : x) e = fmt::e4m3_to_f32(fmt::quantize_e4m3(e, s));
+  return s;
+}
+
+struct Literal {
+  const Pack& pk;
+  EmulationConfig cfg;
+  Quantized q, k, v, dO;
+  float c;
+  Literal(const Pack& p, const EmulationConfig& c_)
+      : pk(p), cfg(c_),
+        q(literal_quantize(p.q, p.p.total_tokens, p.p.hq, p.p.head_dim, c_.scheme)),
+        k(literal_quantize(p.k, p.p.total_tokens, p.p.hkv, p.p.head_dim, c_.scheme)),
+        v(literal_quantize(p.v, p.p.total_tokens, p.p.hkv, p.p.head_dim, c_.scheme)),
+        dO(literal_quantize(p.dout, p.p.total_tokens, p.p.hq, p.p.head_dim, c_.scheme)),
+        c(p.p.softmax_scale * 1.4426950408889634f) {}
+  bool fp8() const { return cfg.scheme != Scheme::Bf16; }
+  int kvh(int h) const { return h / (pk.p.hq / pk.p.hkv); }
+  bool visible(int i, int j, int L) const { return j < L && (!pk.p.causal || j <= i); }
+
+  float S(int64_t base, int i, int j, int h) const {
+    float dot = 0.0f;
+    for (int d = 0; d < pk.p.head_dim; ++d) dot += q.e(base + i, h, d) * k.e(base + j, kvh(h), d);
+    return dot * q.sc(base + i, h) * k.sc(base + j, kvh(h));
+  }
+
+  void forward(Bits& out, std::vector<float>& lse) const {
+    const int D = pk.p.head_dim, BN = cfg.tiling.fwd_block_n;
+    const int64_t T = pk.p.total_tokens;
+    for (int b = 0; b < pk.p.num_docs(); ++b) {
+      const int64_t base = pk.doc_begin(b);
+      const int L = int(pk.doc_end(b) - base);
+      for (int h = 0; h < pk.p.hq; ++h)
+        for (int i = 0; i < L; ++i) {
+          float m = -INFINITY, l = 0.0f, mc = 0.0f;
+          std::vector<float> acc(D, 0.0f);
+          for (int n0 = 0; n0 < L; n0 += BN) {
+            std::vector<int> js;
+            for (int j = n0; j < n0 + BN; ++j)
+              if (visible(i, j, L)) js.push_back(j);
+            if (js.empty()) continue;
+            std::vector<float> s, p, x;
+            float mt = -INFINITY;
+            for (int j : js) { s.push_back(S(base, i, j, h)); mt = nanmax(mt, s.back()); }
+            const float m_new = nanmax(m, mt);
+            mc = m_new * c;
+            for (float sj : s) p.push_back(std::exp2(std::fmaf(sj, c, -mc)));
+            const float alpha = m == -INFINITY ? 0.0f : std::exp2(std::fmaf(m, c, -mc));
+            float sum = 0.0f;
+            for (float pj : p) sum += pj;
+            l = l * alpha + sum;
+            for (size_t n = 0; n < js.size(); ++n) x.push_back(p[n] * v.sc(base + js[n], kvh(h)));
+            const float sigma = literal_round(x, fp8());
+            for (int d = 0; d < D; ++d) {
+              float t = 0.0f;
+              for (size_t n = 0; n < js.size(); ++n) t += x[n] * v.e(base + js[n], kvh(h), d);
+              acc[d] = acc[d] * alpha + sigma * t;
+            }
+            m = m_new;
+          }
+          for (int d = 0; d < D; ++d) out[((base + i) * pk.p.hq + h) * D + d] = to_bf16(acc[d] / l);
+          lse[h * T + base + i] = (mc + std::log2(l)) * 0.6931471805599453f;
+        }
+    }
+  }
+
+  void backward(const Bits& out, const std::vector<float>& lse, Bits& dq, Bits& dk, Bits& dv) const {
+    const int D = pk.p.head_dim, Hq = pk.p.hq, Hkv = pk.p.hkv;
+    const int64_t T = pk.p.total_tokens;
+    const bool ds_fp8 = fp8() && cfg.recipe == FLAMIA_RECIPE_FP8;
+    for (int b = 0; b < pk.p.num_docs(); ++b) {
+      const int64_t base = pk.doc_begin(b);
+      const int L = int(pk.doc_end(b) - base);
+      // P and dS of pair (i, j) for head h, straight from the formulas.
+      auto Dsum = [&](int i, int h) {
+        float a = 0.0f;
+        for (int d = 0; d < D; ++d)
+          a += from_bf16(pk.dout[((base + i) * Hq + h) * D + d]) * from_bf16(out[((base + i) * Hq + h) * D + d]);
+        return a;
+      };
+      auto P = [&](int i, int j, int h) {
+        return std::exp2(std::fmaf(S(base, i, j, h), c, -(lse[h * T + base + i] * 1.4426950408889634f)));
+      };
+      auto dS = [&](int i, int j, int h) {
+        float dot = 0.0f;
+        for (int d = 0; d < D; ++d) dot += dO.e(base + i, h, d) * v.e(base + j, kvh(h), d);
+        const float dP = dot * dO.sc(base + i, h) * v.sc(base + j, kvh(h));
+        return P(i, j, h) * (dP - Dsum(i, h));
+      };
+      for (int g = 0; g < Hkv; ++g)
+        for (int j = 0; j < L; ++j) {
+          std::vector<float> dka(D, 0.0f), dva(D, 0.0f);
+          for (int h = 0; h < Hq; ++h) {
+            if (kvh(h) != g) continue;
+            for (int m0 = 0; m0 < L; m0 += cfg.tiling.bwd_block_m) {
+              std::vector<int> is;
+              for (int i = m0; i < std::min(m0 + cfg.tiling.bwd_block_m, L); ++i)
+                if (visible(i, j, L)) is.push_back(i);
+              if (is.empty()) continue;
+              std::vector<float> x, y;
+              for (int i : is) {
+                x.push_back(P(i, j, h) * dO.sc(base + i, h));
+                y.push_back(ds_fp8 ? dS(i, j, h) * q.sc(base + i, h) : dS(i, j, h));
+              }
+              const float sigma = literal_round(x, fp8());
+              const float tau = literal_round(y, ds_fp8);
+              for (int d = 0; d < D; ++d) {
+                float tv = 0.0f, tk = 0.0f;
+                for (size_t n = 0; n < is.size(); ++n) {
+                  tv += x[n] * dO.e(base + is[n], h, d);
+                  tk += y[n] * (ds_fp8 ? q.e(base + is[n], h, d) : q.r(base + is[n], h, d));
+                }
+                dva[d] += sigma * tv;
+                dka[d] += tau * tk;
+              }
+            }
+          }
+          for (int d = 0; d < D; ++d) {
+            dk[((base + j) * Hkv + g) * D + d] = to_bf16(pk.p.softmax_scale * dka[d]);
+            dv[((base + j) * Hkv + g) * D + d] = to_bf16(dva[d]);
+          }
+        }
+      for (int h = 0; h < Hq; ++h)
+        for (int i = 0; i < L; ++i) {
+          std::vector<float> acc(D, 0.0f);
+          for (int n0 = 0; n0 < L; n0 += cfg.tiling.bwd_block_n) {
+            std::vector<int> js;
+            for (int j = n0; j < n0 + cfg.tiling.bwd_block_n; ++j)
+              if (visible(i, j, L)) js.push_back(j);
+            if (js.empty()) continue;
+            std::vector<float> y;
+            for (int j : js) y.push_back(ds_fp8 ? dS(i, j, h) * k.sc(base + j, kvh(h)) : dS(i, j, h));
+            const float rho = literal_round(y, ds_fp8);
+            for (int d = 0; d < D; ++d) {
+              float t = 0.0f;
+              for (size_t n = 0; n < js.size(); ++n)
+                t += y[n] * (ds_fp8 ? k.e(base + js[n], kvh(h), d) : k.r(base + js[n], kvh(h), d));
+              acc[d] += rho * t;
+            }
+          }
+          for (int d = 0; d < D; ++d) dq[((base + i) * Hq + h) * D + d] = to_bf16(pk.p.softmax_scale * acc[d]);
+        }
+    }
+  }
+};
+
+void expect_bits_equal(const Bits& a, const Bits& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  size_t diff = 0;
+  for (size_t e = 0; e < a.size(); ++e) diff += a[e] != b[e];
+  EXPECT_EQ(diff, 0u) << what << ": " << diff << " of " << a.size() << " elements differ";
+}
+
+void expect_matches_literal(const Pack& pk, const EmulationConfig& cfg) {
+  SCOPED_TRACE(std::string(scheme_name(cfg.scheme)) + " " + recipe_name(cfg.recipe) + " " + describe(pk));
+  const Outputs got = run_emulation(pk, cfg, true);
+  const Literal lit(pk, cfg);
+  Bits o(got.o.size()), dq(got.dq.size()), dk(got.dk.size()), dv(got.dv.size());
+  std::vector<float> lse(got.lse.size());
+  lit.forward(o, lse);
+  expect_bits_equal(got.o, o, "O");
+  size_t lse_diff = 0;
+  for (size_t e = 0; e < lse.size(); ++e) lse_diff += !same_bits(got.lse[e], lse[e]);
+  EXPECT_EQ(lse_diff, 0u) << "LSE";
+  // The literal backward reads the emulation's forward outputs, as training does.
+  lit.backward(got.o, got.lse, dq, dk, dv);
+  expect_bits_equal(got.dq, dq, "dQ");
+  expect_bits_equal(got.dk, dk, "dK");
+  expect_bits_equal(got.dv, dv, "dV");
+}
+
+const Scheme kSchemes[] = {Scheme::PerToken, Scheme::PerTensor, Scheme::TokenBlock32, Scheme::Bf16};
+const flamia_recipe kRecipes[] = {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED};
+
+TEST(EmulationSpec, MatchesLiteralTranscriptionBitwiseSmallTiles) {
+  // Small tiles so that rows span several tiles and tile edges fall mid-document.
+  for (bool causal : {true, false})
+    for (Scheme s : kSchemes)
+      for (flamia_recipe r : kRecipes) {
+        EmulationConfig cfg = config(s, r);
+        cfg.tiling = {8, 16, 4};
+        expect_matches_literal(random_pack({1, 19, 2, 33, 8}, 4, 2, 16, causal, 21), cfg);
+      }
+}
+
+TEST(EmulationSpec, MatchesLiteralTranscriptionBitwiseDefaultTiles) {
+  for (Scheme s : {Scheme::PerToken, Scheme::TokenBlock32})
+    for (flamia_recipe r : kRecipes)
+      expect_matches_literal(random_pack({70, 3, 130}, 2, 1, 64, true, 22), config(s, r));
+  expect_matches_literal(random_pack({65, 64}, 2, 2, 128, false, 23), config(Scheme::PerToken, FLAMIA_RECIPE_FP8));
+}
+
+// Power-of-two scales change no rounding: multiplying V by 2^k multiplies O and dV by
+// exactly 2^k and leaves LSE, dQ, dK unchanged (dP and D scale by 2^k too, so dS does).
+TEST(EmulationSpec, PowerOfTwoScalingOfVIsExact) {
+  for (Scheme s : {Scheme::PerToken, Scheme::PerTensor, Scheme::TokenBlock32, Scheme::Bf16}) {
+    SCOPED_TRACE(scheme_name(s));
+    const EmulationConfig cfg = config(s, FLAMIA_RECIPE_FP8);
+    const Pack a = random_pack({40, 90}, 2, 1, 64, true, 31);
+    Pack b = a;
+    scale_rows(b.v, 0, b.p.total_tokens, 1, 64, 8.0f);
+    const Outputs ra = run_emulation(a, cfg, false), rb = run_emulation(b, cfg, false);
+    for (size_t e = 0; e < ra.o.size(); ++e)
+      ASSERT_EQ(from_bf16(ra.o[e]) * 8.0f, from_bf16(rb.o[e])) << "element " << e;
+    for (size_t e = 0; e < ra.lse.size(); ++e) ASSERT_TRUE(same_bits(ra.lse[e], rb.lse[e]));
+  }
+}
+
+TEST(EmulationSpec, Bf16SchemeIsCloseToExact) {
+  const Pack pk = random_pack({100, 37, 200}, 4, 2, 64, true, 41);
+  const Errors e = errors(run_emulation(pk, config(Scheme::Bf16, FLAMIA_RECIPE_FP8), true), run_exact(pk, true));
+  EXPECT_LT(e.o, 0.005);
+  EXPECT_LT(e.lse, 1e-5);
+  EXPECT_LT(e.dq, 0.006);
+  EXPECT_LT(e.dk, 0.006);
+  EXPECT_LT(e.dv, 0.006);
+}
+
+TEST(EmulationSpec, EmptyDocumentsAreAllowed) {
+  const Pack with = random_pack({0, 20, 0, 0, 30, 0}, 2, 2, 64, true, 51);
+  Pack without = with;
+  without.p.cu_seqlens = {0, 20, 50};
+  const EmulationConfig cfg = config(Scheme::PerToken, FLAMIA_RECIPE_FP8);
+  const Outputs a = run_emulation(with, cfg, true), b = run_emulation(without, cfg, true);
+  EXPECT_EQ(a.o, b.o);
+  EXPECT_EQ(a.dq, b.dq);
+  EXPECT_EQ(a.dk, b.dk);
+  EXPECT_EQ(a.dv, b.dv);
+}
+
+// A document that fits in one key tile does not depend on the tile width.
+TEST(EmulationSpec, SingleTileDocumentsIgnoreTileWidth) {
+  const Pack pk = random_pack({64, 17, 1}, 2, 1, 64, true, 52);
+  EmulationConfig a = config(Scheme::PerToken, FLAMIA_RECIPE_FP8), b = a;
+  b.tiling = {128, 128, 128};
+  const Outputs ra = run_emulation(pk, a, true), rb = run_emulation(pk, b, true);
+  EXPECT_EQ(ra.o, rb.o);
+  EXPECT_EQ(ra.dq, rb.dq);
+  EXPECT_EQ(ra.dk, rb.dk);
+  EXPECT_EQ(ra.dv, rb.dv);
+}
+
+// ---------------------------------------------------------------------------------------
+// NaN / Inf: poison the rows that see the bad value, and nothing else.
+// ---------------------------------------------------------------------------------------
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
+
+struct NanCase {
+  Pack pk;
+  Outputs clean;
+};
+
+NanCase nan_case(bool causal, const EmulationConfig& cfg) {
+  NanCase c{random_pack({30, 50, 20}, 4, 2, 64, causal, 61), {}};
+  c.clean = run_emulation(c.pk, cfg, true);
+  return c;
+}
+
+// Checks O/LSE rows of document 1 (tokens 30..79): `poisoned(i, h)` rows all NaN, the
+// others bit-identical to the clean run; other documents bit-identical. A bad value in V
+// leaves LSE (a function of q and k only) untouched.
+template <class Pred>
+void expect_forward_poison(const NanCase& c, const Outputs& r, Pred poisoned, bool lse_poisoned = true) {
+  const Problem& p = c.pk.p;
+  const int D = p.head_dim;
+  EXPECT_TRUE(same_rows(r.o, c.clean.o, 0, 30, p.hq, D));
+  EXPECT_TRUE(same_rows(r.o, c.clean.o, 80, 100, p.hq, D));
+  EXPECT_TRUE(same_lse(r.lse, c.clean.lse, 100, p.hq, 0, 30));
+  EXPECT_TRUE(same_lse(r.lse, c.clean.lse, 100, p.hq, 80, 100));
+  int bad = 0;
+  for (int i = 0; i < 50; ++i)
+    for (int h = 0; h < p.hq; ++h) {
+      const int64_t t = 30 + i;
+      const float lse = r.lse[size_t(h) * 100 + t];
+      if (poisoned(i, h)) {
+        ++bad;
+        EXPECT_TRUE(row_all_nan(r.o, t, h, p.hq, D)) << "row " << i << " head " << h;
+        if (lse_poisoned)
+          EXPECT_TRUE(std::isnan(lse)) << "lse row " << i << " head " << h;
+        else
+          EXPECT_TRUE(same_bits(lse, c.clean.lse[size_t(h) * 100 + t]));
+      } else {
+        EXPECT_TRUE(std::equal(r.o.begin() + (t * p.hq + h) * D, r.o.begin() + (t * p.hq + h + 1) * D,
+                               c.clean.o.begin() + (t * p.hq + h) * D))
+            << "row " << i << " head " << h;
+        EXPECT_TRUE(same_bits(lse, c.clean.lse[size_t(h) * 100 + t]));
+      }
+    }
+  EXPECT_GT(bad, 0);
+}
+
+TEST(EmulationNonFinite, NanInQueryPoisonsOnlyThatRow) {
+  for (flamia_recipe rc : kRecipes) {
+    const EmulationConfig cfg = config(Scheme::PerToken, rc);
+    const NanCase c = nan_case(true, cfg);
+    Pack bad = c.pk;
+    row_ptr(bad.q, 30 + 7, 3, 4, 64)[5] = to_bf16(kNaN);  // doc 1, position 7, head 3
+    const Outputs r = run_emulation(bad, cfg, false);
+    expect_forward_poison(c, r, [](int i, int h) { return i == 7 && h == 3; });
+  }
+}
+
+TEST(EmulationNonFinite, NanOrInfInKeyOrValuePoisonsRowsThatSeeIt) {
+  for (bool causal : {true, false})
+    for (int which = 0; which < 2; ++which)
+      for (float bad_value : {kNaN, kInfinity}) {
+        SCOPED_TRACE(std::string(causal ? "causal " : "non-causal ") + (which ? "v " : "k ") +
+                     (std::isnan(bad_value) ? "NaN" : "Inf"));
+        const EmulationConfig cfg = config(Scheme::PerToken, FLAMIA_RECIPE_FP8);
+        const NanCase c = nan_case(causal, cfg);
+        Pack bad = c.pk;
+        Bits& x = which ? bad.v : bad.k;
+        row_ptr(x, 30 + 12, 1, 2, 64)[0] = to_bf16(bad_value);  // doc 1, position 12, kv head 1
+        const Outputs r = run_emulation(bad, cfg, false);
+        // Query heads 2 and 3 read kv head 1; rows that see position 12 are poisoned.
+        expect_forward_poison(c, r, [&](int i, int h) { return h >= 2 && (!causal || i >= 12); }, which == 0);
+      }
+}
+
+TEST(EmulationNonFinite, NanInUpstreamGradientStaysInItsDocument) {
+  const EmulationConfig cfg = config(Scheme::PerToken, FLAMIA_RECIPE_FP8);
+  const NanCase c = nan_case(true, cfg);
+  Pack bad = c.pk;
+  row_ptr(bad.dout, 30 + 20, 0, 4, 64)[9] = to_bf16(kNaN);  // doc 1, position 20, head 0
+  Bits o = c.clean.o, dq(o.size()), dk(c.clean.dk.size()), dv(c.clean.dv.size());
+  emulate_backward(bad.p, cfg, bad.q.data(), bad.k.data(), bad.v.data(), bad.dout.data(), o.data(),
+                   c.clean.lse.data(), dq.data(), dk.data(), dv.data());
+  for (auto range : {std::pair<int, int>{0, 30}, std::pair<int, int>{80, 100}}) {
+    EXPECT_TRUE(same_rows(dq, c.clean.dq, range.first, range.second, 4, 64));
+    EXPECT_TRUE(same_rows(dk, c.clean.dk, range.first, range.second, 2, 64));
+    EXPECT_TRUE(same_rows(dv, c.clean.dv, range.first, range.second, 2, 64));
+  }
+  EXPECT_TRUE(row_all_nan(dq, 50, 0, 4, 64));
+  for (int j = 0; j <= 20; ++j) {  // keys seen by query 20 (kv head 0)
+    EXPECT_TRUE(row_all_nan(dk, 30 + j, 0, 2, 64)) << j;
+    EXPECT_TRUE(row_all_nan(dv, 30 + j, 0, 2, 64)) << j;
+  }
+  EXPECT_TRUE(same_rows(dq, c.clean.dq, 30, 50, 4, 64));  // earlier queries do not see it
+  EXPECT_TRUE(same_rows(dk, c.clean.dk, 51, 80, 2, 64));  // later keys are not seen by it
+  EXPECT_TRUE(same_rows(dv, c.clean.dv, 51, 80, 2, 64));
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace ref
+}  // namespace flamia
