@@ -161,6 +161,13 @@ class Library:
             self._dll = ctypes.CDLL(str(path))
         except OSError as e:
             raise FlamiaError(f"flamia: cannot load {path}: {e}") from e
+        try:
+            self._bind()
+        except AttributeError as e:
+            # A library built from a tree whose C ABI is not complete yet.
+            raise FlamiaError(f"flamia: {path} does not export the full C ABI: {e}") from e
+
+    def _bind(self) -> None:
         d = self._dll
         args_p = ctypes.POINTER(AttentionArgs)
         size_t = ctypes.c_size_t
