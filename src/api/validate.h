@@ -1,0 +1,83 @@
+// Validation of every argument of the C ABI. Each check returns a Status whose message
+// names the argument and what was expected; the sizes of the problem are resolved from
+// the tensors on the way (q gives T, Hq and D; k gives Hkv; cu_seqlens gives B).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "api/status.h"
+#include "flamia/flamia.h"
+
+namespace flamia {
+namespace api {
+
+// Alignment of every tensor and buffer on the device: what TMA and 16-byte vector loads
+// need. cu_seqlens only needs its natural 4 (kernels read it with scalar loads).
+constexpr uintptr_t kDeviceAlignment = 16;
+
+// Sizes and options of one validated call.
+struct Problem {
+  int64_t total_tokens = 0;  // T
+  int num_docs = 0;          // B
+  int hq = 0, hkv = 0, head_dim = 0;
+  int max_seqlen = 0;
+  bool causal = false;
+  float softmax_scale = 0.0f;  // resolved: never 0
+  flamia_recipe recipe = FLAMIA_RECIPE_FP8;
+  int device = FLAMIA_DEVICE_HOST;  // where every tensor lives
+  bool on_host() const { return device == FLAMIA_DEVICE_HOST; }
+};
+
+// softmax_scale as the call uses it: 0 selects 1/sqrt(D), computed in FP32 as the
+// reference harness and the kernels do.
+float resolve_softmax_scale(float requested, int head_dim);
+
+// FLAMIA_CHECK=1 (any value but empty or "0") turns on the checks that cost a device
+// round trip or a pass over the data: device cu_seqlens values, pointer locations, and
+// NaN/Inf in inputs.
+bool checking_mode();
+
+const char* dtype_name(flamia_dtype d);
+std::string device_name(int32_t device);
+
+// q, k, v, cu_seqlens (shape, dtype, layout, device; values too for host cu_seqlens) and
+// the scalar arguments. Fills *p.
+Status validate_args(const flamia_attention_args* args, Problem* p);
+
+// Values of cu_seqlens (host memory): 0 = cu[0] <= ... <= cu[B] = T and every document no
+// longer than max_seqlen.
+Status validate_cu_seqlens_values(const int32_t* cu, int num_docs, int64_t total_tokens, int max_seqlen);
+
+// out [T, Hq, D] bf16 dense, lse [Hq, T] fp32 dense.
+Status validate_forward_outputs(const Problem& p, const flamia_tensor& out, const flamia_tensor& lse);
+
+// dout [T, Hq, D] bf16 (last dim contiguous), out [T, Hq, D] and lse [Hq, T] dense as the
+// forward wrote them, dq [T, Hq, D], dk and dv [T, Hkv, D] bf16 dense.
+Status validate_backward_tensors(const Problem& p, const flamia_tensor& dout, const flamia_tensor& out,
+                                 const flamia_tensor& lse, const flamia_tensor& dq, const flamia_tensor& dk,
+                                 const flamia_tensor& dv);
+
+// Sizes passed to flamia_qkv8_bytes / flamia_backward_workspace_bytes.
+Status validate_sizes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv, int32_t head_dim,
+                      flamia_recipe recipe);
+
+// A caller-provided device buffer: at least `need` bytes, aligned, non-null when need > 0.
+Status validate_buffer(const char* name, const char* bytes_name, const void* ptr, size_t have, size_t need,
+                       const char* sizer);
+
+// Checking mode: FLAMIA_ERROR_NONFINITE naming the first NaN/Inf of a dense bf16
+// [tokens, heads, dim] tensor.
+Status check_finite_rows(const char* name, const uint16_t* x, int64_t tokens, int heads, int dim);
+
+// Stride of dimension `dim` as the kernels should use it: a size-1 dimension's stride is
+// never used to address memory, so callers may pass anything there; it is replaced by the
+// dense stride so that descriptors built from it stay valid.
+int64_t effective_stride(const flamia_tensor& t, int dim);
+
+// Number of elements (shapes are validated not to overflow).
+int64_t numel(const flamia_tensor& t);
+
+}  // namespace api
+}  // namespace flamia
