@@ -1,0 +1,149 @@
+// GPU = specification, and GPU vs float64 exact, over recipes x head dims x GQA x masking,
+// and over the shapes where tiling and packing go wrong (lengths around tile edges, primes,
+// many tiny documents, one long document, empty documents).
+#if defined(FLAMIA_WITH_CUDA)
+
+#include <random>
+#include <string>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "checks.h"
+
+namespace flamia_gpu_test {
+namespace {
+
+// Lengths on both sides of the 64-token tile edges, primes, and a few multi-tile documents.
+// 1351 tokens: keeps the CPU specification of each case to about a second.
+const std::vector<int> kMixedLengths = {1, 2, 3, 63, 64, 65, 127, 129, 131, 257, 509};
+
+// ---- recipe x D x GQA x causal --------------------------------------------------------------
+
+using MatrixParam = std::tuple<flamia_recipe, int /*D*/, int /*gqa ratio*/, bool /*causal*/>;
+
+class Matrix : public ::testing::TestWithParam<MatrixParam> {};
+
+TEST_P(Matrix, MatchesSpecAndExact) {
+  const auto [recipe, d, ratio, causal] = GetParam();
+  Case c;
+  c.cu = cu_from_lengths(kMixedLengths);
+  c.recipe = recipe;
+  c.d = d;
+  c.hkv = ratio == 1 ? 4 : 2;
+  c.hq = c.hkv * ratio;
+  c.causal = causal;
+  CheckOptions opt;
+  opt.seed = 100 + d + 10 * ratio + (causal ? 1 : 0) + 1000 * int(recipe);
+  check_against_references(c, opt);
+}
+
+std::string matrix_name(const ::testing::TestParamInfo<MatrixParam>& info) {
+  const auto [recipe, d, ratio, causal] = info.param;
+  return std::string(recipe_name(recipe)) + "_D" + std::to_string(d) + "_gqa" + std::to_string(ratio) +
+         (causal ? "_causal" : "_full");
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, Matrix,
+                         ::testing::Combine(::testing::Values(FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED),
+                                            ::testing::Values(64, 128), ::testing::Values(1, 4),
+                                            ::testing::Values(true, false)),
+                         matrix_name);
+
+// ---- shapes -----------------------------------------------------------------------------------
+
+struct ShapeParam {
+  std::string name;
+  Case c;
+  bool exact;
+};
+
+std::vector<int> short_docs(int n, int max_len, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> len(1, max_len);
+  std::vector<int> out(n);
+  for (int& l : out) l = len(rng);
+  return out;
+}
+
+Case make_case(std::vector<int32_t> cu, flamia_recipe r, int d, int hq, int hkv, bool causal) {
+  Case c;
+  c.cu = std::move(cu);
+  c.recipe = r;
+  c.d = d;
+  c.hq = hq;
+  c.hkv = hkv;
+  c.causal = causal;
+  return c;
+}
+
+std::vector<ShapeParam> shape_params() {
+  const auto fp8 = FLAMIA_RECIPE_FP8, mixed = FLAMIA_RECIPE_FP8_MIXED;
+  const std::vector<int> primes = {2, 3, 5, 7, 11, 13, 17, 31, 61, 67, 97, 193, 251, 509, 1021};
+  // Empty documents: repeated cu_seqlens values, at the start, in the middle and at the end.
+  const std::vector<int32_t> empty_cu = {0, 0, 5, 5, 5, 70, 200, 200, 331, 331};
+  std::vector<ShapeParam> p;
+  p.push_back({"Small_tiny_docs_fp8", make_case(cu_from_lengths({1, 2, 3, 17, 70}), fp8, 64, 2, 1, true), true});
+  p.push_back({"Small_tiny_docs_mixed_D128",
+               make_case(cu_from_lengths({3, 65, 1, 66}), mixed, 128, 2, 2, true), true});
+  p.push_back({"edges_fp8_D128", make_case(cu_from_lengths({1, 2, 3, 63, 64, 65, 127, 129}), fp8, 128, 4, 1, true),
+               true});
+  p.push_back({"edges_mixed_D64_full",
+               make_case(cu_from_lengths({1, 2, 3, 63, 64, 65, 127, 129}), mixed, 64, 4, 4, false), true});
+  p.push_back({"primes_fp8_D64", make_case(cu_from_lengths(primes), fp8, 64, 4, 2, true), true});
+  p.push_back({"primes_mixed_D128_full", make_case(cu_from_lengths(primes), mixed, 128, 2, 2, false), false});
+  p.push_back({"short300_fp8_D128", make_case(cu_from_lengths(short_docs(300, 40, 7)), fp8, 128, 4, 2, true), true});
+  p.push_back({"short300_mixed_D64", make_case(cu_from_lengths(short_docs(300, 40, 8)), mixed, 64, 8, 2, true),
+               false});
+  p.push_back({"empty_docs_fp8_D128", make_case(empty_cu, fp8, 128, 4, 2, true), true});
+  p.push_back({"empty_docs_mixed_D64_full", make_case(empty_cu, mixed, 64, 4, 1, false), true});
+  // One long document: long reductions (P.V over 4096 keys, dK/dV over 64 query tiles) are
+  // where a tensor-core accumulation narrower than FP32 would show (DESIGN §4).
+  p.push_back({"long4096_fp8_D128", make_case(cu_from_lengths({4096}), fp8, 128, 2, 2, true), false});
+  p.push_back({"long3000_mixed_D64_gqa", make_case(cu_from_lengths({3000}), mixed, 64, 4, 2, true), false});
+  return p;
+}
+
+class Shapes : public ::testing::TestWithParam<ShapeParam> {};
+
+TEST_P(Shapes, MatchesSpec) {
+  CheckOptions opt;
+  opt.exact = GetParam().exact;
+  opt.seed = 77;
+  check_against_references(GetParam().c, opt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, Shapes, ::testing::ValuesIn(shape_params()),
+                         [](const ::testing::TestParamInfo<ShapeParam>& info) { return info.param.name; });
+
+// ---- softmax_scale ----------------------------------------------------------------------------
+
+// softmax_scale = 0 selects 1/sqrt(D): for D = 64 that is exactly 0.125, so the two calls must
+// agree bitwise. A non-default scale goes through the specification comparison.
+TEST(GpuScale, SmallDefaultScaleIsOneOverSqrtD) {
+  Case c = make_case(cu_from_lengths({70, 33}), FLAMIA_RECIPE_FP8, 64, 2, 1, true);
+  const Inputs in = make_inputs(c, 5);
+  GpuRunner r(c);
+  FwdResult explicit_scale, default_scale;
+  BwdResult b1, b2;
+  ASSERT_EQ(r.forward_backward(in, &explicit_scale, &b1), FLAMIA_SUCCESS) << flamia_last_error();
+  flamia_attention_args a = r.args();
+  a.softmax_scale = 0.0f;
+  ASSERT_EQ(r.step(a, r.dout_view(), true, &default_scale, &b2), FLAMIA_SUCCESS) << flamia_last_error();
+  EXPECT_EQ(explicit_scale.o, default_scale.o);
+  EXPECT_EQ(explicit_scale.lse, default_scale.lse);
+  EXPECT_EQ(b1.dq, b2.dq);
+  EXPECT_EQ(b1.dk, b2.dk);
+  EXPECT_EQ(b1.dv, b2.dv);
+}
+
+TEST(GpuScale, CustomScaleMatchesSpec) {
+  Case c = make_case(cu_from_lengths({200, 65, 300}), FLAMIA_RECIPE_FP8, 128, 4, 2, true);
+  c.softmax_scale = 0.21f;
+  check_against_references(c);
+}
+
+}  // namespace
+}  // namespace flamia_gpu_test
+
+#endif  // FLAMIA_WITH_CUDA

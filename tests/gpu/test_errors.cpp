@@ -1,0 +1,245 @@
+// Bad input on the device path: the call returns the documented status with a message,
+// launches nothing (outputs keep their poison), and leaves the library and the CUDA context
+// usable (a valid call right after succeeds).
+#if defined(FLAMIA_WITH_CUDA)
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpu_harness.h"
+
+namespace flamia_gpu_test {
+namespace {
+
+class ErrorsSmall : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    c_.cu = cu_from_lengths({64, 100});
+    c_.recipe = FLAMIA_RECIPE_FP8;
+    c_.d = 128;
+    c_.hq = 4;
+    c_.hkv = 2;
+    in_ = make_inputs(c_, 3);
+    r_ = std::make_unique<GpuRunner>(c_);
+    r_->upload(in_);
+    // A valid step first, so that qkv8 / O / LSE hold real data for the backward checks.
+    ASSERT_EQ(r_->forward_backward(in_, &f_, &b_), FLAMIA_SUCCESS) << flamia_last_error();
+    host_q_ = in_.q;
+    host_cu_ = c_.cu;
+  }
+
+  void TearDown() override {
+    // The context is still healthy and a valid call still works.
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    FwdResult f;
+    BwdResult b;
+    EXPECT_EQ(r_->forward_backward(in_, &f, &b), FLAMIA_SUCCESS) << flamia_last_error();
+    EXPECT_EQ(f.o, f_.o);
+    EXPECT_EQ(b.dq, b_.dq);
+  }
+
+  // Status of a forward with the given arguments; the output must keep its poison.
+  flamia_status forward(const flamia_attention_args& a, flamia_tensor out, flamia_tensor lse, void* qkv8,
+                        size_t qkv8_bytes, int filled) {
+    r_->poison();
+    const flamia_status st = flamia_forward(&a, out, lse, qkv8, qkv8_bytes, filled);
+    r_->sync();
+    if (st != FLAMIA_SUCCESS) {
+      EXPECT_STRNE(flamia_last_error(), "") << "a failed call must say why";
+      expect_untouched();
+    }
+    return st;
+  }
+
+  flamia_status quantize(const flamia_attention_args& a, void* qkv8, size_t bytes, int for_backward) {
+    r_->poison();
+    const flamia_status st = flamia_quantize_qkv(&a, qkv8, bytes, for_backward);
+    r_->sync();
+    if (st != FLAMIA_SUCCESS) {
+      EXPECT_STRNE(flamia_last_error(), "");
+    }
+    return st;
+  }
+
+  // The backward needs a filled qkv8 and the forward's O/LSE: run a valid quantize + forward
+  // first (they overwrite the poison), then poison only the gradients.
+  flamia_status backward(const flamia_attention_args& a, flamia_tensor dout, const void* qkv8, size_t qkv8_bytes,
+                         void* ws, size_t ws_bytes, flamia_tensor dq) {
+    FwdResult f;
+    EXPECT_EQ(r_->step(r_->args(), r_->dout_view(), false, &f, nullptr), FLAMIA_SUCCESS);
+    const size_t gbytes = size_t(c_.tokens()) * c_.hq * c_.d * 2;
+    check_cuda(cudaMemsetAsync(r_->dq_view().data, 0xFF, gbytes, r_->stream()), "poison dq");
+    r_->sync();
+    const flamia_status st = flamia_backward(&a, dout, r_->out_view(), r_->lse_view(), qkv8, qkv8_bytes, ws,
+                                             ws_bytes, dq, r_->dk_view(), r_->dv_view());
+    r_->sync();
+    if (st != FLAMIA_SUCCESS) {
+      EXPECT_STRNE(flamia_last_error(), "");
+      std::vector<uint8_t> h(gbytes);
+      check_cuda(cudaMemcpy(h.data(), r_->dq_view().data, gbytes, cudaMemcpyDeviceToHost), "download dq");
+      EXPECT_EQ(h, std::vector<uint8_t>(gbytes, 0xFF)) << "a rejected backward wrote dQ";
+    }
+    return st;
+  }
+
+  void expect_untouched() {
+    FwdResult f;
+    r_->download_fwd(&f);
+    EXPECT_EQ(f.o, std::vector<uint16_t>(f.o.size(), 0xFFFF)) << "a rejected forward wrote O";
+    std::vector<uint32_t> lse_bits(f.lse.size());
+    std::memcpy(lse_bits.data(), f.lse.data(), f.lse.size() * 4);
+    EXPECT_EQ(lse_bits, std::vector<uint32_t>(f.lse.size(), 0xFFFFFFFFu)) << "a rejected forward wrote LSE";
+  }
+
+  Case c_;
+  Inputs in_;
+  std::unique_ptr<GpuRunner> r_;
+  FwdResult f_;
+  BwdResult b_;
+  std::vector<uint16_t> host_q_;
+  std::vector<int32_t> host_cu_;
+};
+
+TEST_F(ErrorsSmall, HostTensorInDeviceCall) {
+  flamia_attention_args a = r_->args();
+  a.q.data = host_q_.data();
+  a.q.device = FLAMIA_DEVICE_HOST;
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(quantize(a, r_->qkv8(), r_->qkv8_bytes(), 1), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(backward(a, r_->dout_view(), r_->qkv8(), r_->qkv8_bytes(), r_->workspace(), r_->workspace_bytes(),
+                     r_->dq_view()),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+
+  // cu_seqlens on the host while the tensors are on the device.
+  a = r_->args();
+  a.cu_seqlens.data = host_cu_.data();
+  a.cu_seqlens.device = FLAMIA_DEVICE_HOST;
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+
+  // An output on the host.
+  std::vector<uint16_t> host_out(in_.q.size());
+  flamia_tensor out = r_->out_view();
+  out.data = host_out.data();
+  out.device = FLAMIA_DEVICE_HOST;
+  EXPECT_EQ(forward(r_->args(), out, r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(host_out, std::vector<uint16_t>(host_out.size(), 0)) << "a rejected call wrote a host output";
+
+  // A gradient on the host.
+  std::vector<uint16_t> host_dq(in_.q.size(), 0);
+  flamia_tensor dq = r_->dq_view();
+  dq.data = host_dq.data();
+  dq.device = FLAMIA_DEVICE_HOST;
+  a = r_->args();
+  r_->poison();
+  EXPECT_EQ(flamia_backward(&a, r_->dout_view(), r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(),
+                            r_->workspace(), r_->workspace_bytes(), dq, r_->dk_view(), r_->dv_view()),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  r_->sync();
+}
+
+TEST_F(ErrorsSmall, TensorsOnDifferentDevices) {
+  // One tensor claims another device ordinal (present or not, the call cannot run).
+  flamia_attention_args a = r_->args();
+  a.v.device = r_->device() + 1;
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  flamia_tensor lse = r_->lse_view();
+  lse.device = r_->device() + 1;
+  EXPECT_EQ(forward(r_->args(), r_->out_view(), lse, r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_F(ErrorsSmall, MisalignedPointers) {
+  // A BF16 tensor at an odd address cannot be read as BF16 at all.
+  flamia_attention_args a = r_->args();
+  a.q.data = static_cast<char*>(a.q.data) + 1;
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(quantize(a, r_->qkv8(), r_->qkv8_bytes(), 1), FLAMIA_ERROR_INVALID_ARGUMENT);
+
+  a = r_->args();
+  a.k.data = static_cast<char*>(a.k.data) + 1;
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+
+  flamia_tensor out = r_->out_view();
+  out.data = static_cast<char*>(out.data) + 1;
+  EXPECT_EQ(forward(r_->args(), out, r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+
+  flamia_tensor lse = r_->lse_view();
+  lse.data = static_cast<char*>(lse.data) + 2;  // FP32 at a 2-byte offset
+  EXPECT_EQ(forward(r_->args(), r_->out_view(), lse, r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+
+  flamia_tensor dout = r_->dout_view();
+  dout.data = static_cast<char*>(dout.data) + 1;
+  EXPECT_EQ(backward(r_->args(), dout, r_->qkv8(), r_->qkv8_bytes(), r_->workspace(), r_->workspace_bytes(),
+                     r_->dq_view()),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+
+  flamia_tensor dq = r_->dq_view();
+  dq.data = static_cast<char*>(dq.data) + 1;
+  EXPECT_EQ(backward(r_->args(), r_->dout_view(), r_->qkv8(), r_->qkv8_bytes(), r_->workspace(),
+                     r_->workspace_bytes(), dq),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_F(ErrorsSmall, QuantizedBufferTooSmall) {
+  const size_t need_fwd = flamia_qkv8_bytes(c_.tokens(), c_.num_docs(), c_.hq, c_.hkv, c_.d, c_.recipe, 0);
+  const size_t need_bwd = flamia_qkv8_bytes(c_.tokens(), c_.num_docs(), c_.hq, c_.hkv, c_.d, c_.recipe, 1);
+  ASSERT_GT(need_fwd, 0u);
+  ASSERT_GE(need_bwd, need_fwd);
+  ASSERT_EQ(r_->qkv8_bytes(), need_bwd);
+  const flamia_attention_args a = r_->args();
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), need_fwd - 1, 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), nullptr, need_bwd, 0), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(quantize(a, r_->qkv8(), need_fwd - 1, 0), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(quantize(a, r_->qkv8(), need_bwd - 1, 1), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(backward(a, r_->dout_view(), r_->qkv8(), need_bwd - 1, r_->workspace(), r_->workspace_bytes(),
+                     r_->dq_view()),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(backward(a, r_->dout_view(), nullptr, need_bwd, r_->workspace(), r_->workspace_bytes(), r_->dq_view()),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  // The size functions reject nonsense with 0.
+  EXPECT_EQ(flamia_qkv8_bytes(c_.tokens(), c_.num_docs(), 3, 2, c_.d, c_.recipe, 1), 0u) << "Hq % Hkv != 0";
+  EXPECT_EQ(flamia_qkv8_bytes(-1, 1, c_.hq, c_.hkv, c_.d, c_.recipe, 1), 0u) << "negative T";
+}
+
+TEST_F(ErrorsSmall, WorkspaceTooSmall) {
+  const size_t need = flamia_backward_workspace_bytes(c_.tokens(), c_.num_docs(), c_.hq, c_.hkv, c_.d, c_.recipe);
+  ASSERT_GT(need, 0u) << "the backward needs at least the quantized dO";
+  const flamia_attention_args a = r_->args();
+  EXPECT_EQ(backward(a, r_->dout_view(), r_->qkv8(), r_->qkv8_bytes(), r_->workspace(), need - 1, r_->dq_view()),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(backward(a, r_->dout_view(), r_->qkv8(), r_->qkv8_bytes(), nullptr, need, r_->dq_view()),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_F(ErrorsSmall, ShapeAndDtypeMismatch) {
+  flamia_attention_args a = r_->args();
+  a.q.dtype = FLAMIA_DTYPE_FP32;
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  flamia_tensor lse = r_->lse_view();
+  lse.shape[1] -= 1;  // [Hq, T - 1]
+  EXPECT_EQ(forward(r_->args(), r_->out_view(), lse, r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  a = r_->args();
+  a.k.shape[1] = 3;  // Hq = 4 is not a multiple of Hkv = 3
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace flamia_gpu_test
+
+#endif  // FLAMIA_WITH_CUDA
