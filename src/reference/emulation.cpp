@@ -57,6 +57,27 @@ struct Operand {
   float s(int64_t t, int h) const { return scale[size_t(t) * heads + h]; }
 };
 
+// e4m3_to_f32(e4m3_rn_satfinite(y)) for every y that is a BF16 value, tabulated once.
+// Inputs are BF16 and scales powers of two, so x / s is (almost always) a BF16 value too;
+// the table only makes the emulation faster, it computes the same function.
+const std::vector<float>& e4m3_of_bf16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t b = 0; b < 65536; ++b)
+      t[b] = fmt::e4m3_to_f32(fmt::e4m3_rn_sat(fmt::bf16_bits_to_f32(uint16_t(b))));
+    return t;
+  }();
+  return table;
+}
+
+// The value of q8(x, s) = e4m3_rn_satfinite(x / s), as a float.
+inline float fp8_value(float x, float s, const std::vector<float>& table) {
+  const float y = x * (1.0f / s);  // exact: s is a power of two (as fmt::quantize_e4m3)
+  const uint32_t u = fmt::f32_bits(y);
+  if ((u & 0xffffu) == 0) return table[u >> 16];
+  return fmt::e4m3_to_f32(fmt::quantize_e4m3(x, s));
+}
+
 // Token range [t0, t1) that shares one scale with token t under a scheme.
 void scale_group(Scheme scheme, int64_t t, int64_t tokens, int64_t* t0, int64_t* t1) {
   switch (scheme) {
@@ -102,12 +123,13 @@ Operand quantize_input(const uint16_t* x, int64_t tokens, int heads, int dim, Sc
     }
   }
   op.val.resize(n);
+  const std::vector<float>& table = e4m3_of_bf16_table();
   for (int64_t t = 0; t < tokens; ++t)
     for (int h = 0; h < heads; ++h) {
       const size_t base = (size_t(t) * heads + h) * dim;
       const float s = op.scale[size_t(t) * heads + h];
       for (int d = 0; d < dim; ++d)
-        op.val[base + d] = fmt::e4m3_to_f32(fmt::quantize_e4m3(op.bf16[base + d], s));
+        op.val[base + d] = fp8_value(op.bf16[base + d], s, table);
     }
   return op;
 }
