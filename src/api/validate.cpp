@@ -111,7 +111,7 @@ Status check_shape(const Spec& s, const flamia_tensor& t) {
 
 Status check_strides(const Spec& s, const flamia_tensor& t) {
   const std::string name = s.name;
-  int64_t eff[FLAMIA_MAX_DIMS];
+  int64_t eff[FLAMIA_MAX_DIMS] = {};
   for (int i = 0; i < s.ndim; ++i) eff[i] = effective_stride(t, i);
   for (int i = 0; i < s.ndim; ++i)
     if (eff[i] < 0)
