@@ -1,0 +1,1147 @@
+"""Benchmark flamia against the attention baselines present on this machine.
+
+    python -m flamia.bench [--out docs/bench] [--workloads fixed-4k,pack-32k] [--quick] [--iters 20]
+
+For every workload (flamia.workloads, as in the project's WORKLOADS.md) and every
+implementation present, measures quant / forward / backward / step (= forward + backward)
+time with CUDA events (warm-up, median of --iters, L2 flushed before each timed call),
+TFLOPS as DESIGN.md section 4 counts them, and accuracy against exact float64 attention on a
+sampled subset; for flamia also the bitwise causal and document-isolation properties.
+Writes a terminal table, bench.json and PNG charts under --out. One failing baseline only
+costs its own record (the error string is kept in the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .workloads import WORKLOADS, Workload, length_summary
+
+QUICK_WORKLOADS = ["fixed-4k", "fixed-8k", "fixed-16k", "fixed-32k", "pack-32k", "llama8b-pack"]
+FLAMIA_RECIPES = ["fp8", "fp8_mixed"]
+L2_FLUSH_BYTES = 256 << 20
+_T0 = time.time()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.time() - _T0:7.1f}s] {msg}", flush=True)
+
+
+def _err(e: BaseException) -> str:
+    s = f"{type(e).__name__}: {e}"
+    return s if len(s) < 600 else s[:600] + "..."
+
+
+# ---- inputs ----------------------------------------------------------------------------------
+@dataclass
+class Inputs:
+    w: Workload
+    q: Any  # torch.Tensor [T, Hq, D] bf16
+    k: Any
+    v: Any
+    dout: Any
+    cu: Any  # int32 cuda [B+1]
+    scale: float
+
+    @property
+    def group(self) -> int:
+        return self.w.hq // self.w.hkv
+
+
+def make_inputs(w: Workload, seed: int):
+    import torch
+
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed)
+    T, hq, hkv, d = w.total_tokens, w.hq, w.hkv, w.head_dim
+
+    def rn(h: int):
+        # Random normal, never zeros (an all-zero input would make every kernel look exact).
+        return torch.randn((T, h, d), generator=g, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+
+    q, k, v, dout = rn(hq), rn(hkv), rn(hkv), rn(hq)
+    cu = torch.tensor(w.cu_seqlens, dtype=torch.int32, device="cuda")
+    return Inputs(w, q, k, v, dout, cu, 1.0 / math.sqrt(d))
+
+
+def expand_kv(x, group: int):
+    return x if group == 1 else x.repeat_interleave(group, dim=1)
+
+
+def reduce_kv_grad(dx, group: int):
+    """Gradient w.r.t. expanded k/v [T, Hq, D] -> [T, Hkv, D] (sum over each group)."""
+    if group == 1:
+        return dx
+    T, hq, d = dx.shape
+    return dx.float().view(T, hq // group, group, d).sum(2)
+
+
+# ---- implementations -------------------------------------------------------------------------
+class Impl:
+    """One attention implementation prepared for one workload.
+
+    fwd() -> state; bwd(state) -> anything; result(state, grads) -> (out, dq, dk, dv) in the
+    packed layouts [T, Hq, D] / [T, Hkv, D] (any float dtype), for the accuracy columns."""
+
+    name = "?"
+    recipe = "bf16"
+    precision = "bf16"   # "bf16" or "fp8": which "best baseline" class it belongs to
+
+    def __init__(self, inp: Inputs):
+        self.inp = inp
+        self.notes: List[str] = []
+
+    def quant(self) -> Any:  # only for implementations with a separate quantization step
+        raise NotImplementedError
+
+    has_quant = False
+
+    def fwd(self) -> Any:
+        raise NotImplementedError
+
+    def bwd(self, state: Any) -> Any:
+        raise NotImplementedError
+
+    def result(self, state: Any, grads: Any):
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class AutogradImpl(Impl):
+    """Implementations whose forward is differentiable: bwd = autograd.grad(out, inputs)."""
+
+    def leaves(self) -> Tuple[Any, ...]:
+        raise NotImplementedError
+
+    def bwd(self, state):
+        import torch
+
+        out, dout = state[0], state[1]
+        return torch.autograd.grad(out, self.leaves(), dout)
+
+
+class FlamiaImpl(AutogradImpl):
+    name = "flamia"
+    precision = "fp8"
+    has_quant = True
+
+    def __init__(self, inp: Inputs, recipe: str):
+        super().__init__(inp)
+        import torch
+        import flamia
+        from . import _lib, ops
+
+        self.recipe = recipe
+        self.flamia = flamia
+        self.q = inp.q.detach().requires_grad_()
+        self.k = inp.k.detach().requires_grad_()
+        self.v = inp.v.detach().requires_grad_()
+        w = inp.w
+        lib = _lib.get()
+        n = lib.qkv8_bytes(w.total_tokens, len(w.lengths), w.hq, w.hkv, w.head_dim,
+                           _lib.recipe_id(recipe), True)
+        self._qkv8 = torch.empty((n,), dtype=torch.uint8, device="cuda")
+        self._lib, self._ops = lib, ops
+
+    def leaves(self):
+        return (self.q, self.k, self.v)
+
+    def quant(self):
+        # The quantization pass alone (it is also inside fwd): flamia_quantize_qkv.
+        import torch
+
+        w = self.inp.w
+        args = self._ops._make_args(self.q, self.k, self.v, self.inp.cu, w.max_seqlen, w.causal, 0.0,
+                                    self.recipe)
+        self._lib.quantize_qkv(args, self._qkv8.data_ptr(), self._qkv8.numel(), True)
+
+    def fwd(self):
+        w = self.inp.w
+        out = self.flamia.attention(self.q, self.k, self.v, self.inp.cu, w.max_seqlen, causal=w.causal,
+                                    recipe=self.recipe)
+        return out, self.inp.dout
+
+    def result(self, state, grads):
+        return state[0], grads[0], grads[1], grads[2]
+
+
+class SdpaCudnnImpl(AutogradImpl):
+    """torch SDPA, cuDNN backend, BF16; fixed-length packs viewed as [B, H, L, D] (no copy:
+    the packed [T, H, D] memory is cuDNN's native BSHD layout)."""
+
+    name = "sdpa_cudnn"
+
+    def __init__(self, inp: Inputs):
+        super().__init__(inp)
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        w = inp.w
+        if not w.fixed:
+            raise NotImplementedError("fixed-length workloads only")
+        self.B, self.L = len(w.lengths), w.doc_len
+        g = inp.group
+        self.gqa = "native (enable_gqa)" if g > 1 else "n/a"
+        self.q = self._bhld(inp.q).requires_grad_()
+        self.k = self._bhld(inp.k).requires_grad_()
+        self.v = self._bhld(inp.v).requires_grad_()
+        self.dout = self._bhld(inp.dout)
+        self._ctx = lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION)
+        self._sdpa = torch.nn.functional.scaled_dot_product_attention
+        if g > 1:
+            self.notes.append("GQA through enable_gqa=True")
+
+    def _bhld(self, x):
+        T, h, d = x.shape
+        return x.detach().view(self.B, self.L, h, d).transpose(1, 2)
+
+    def _pack(self, x):
+        B, h, L, d = x.shape
+        return x.transpose(1, 2).reshape(B * L, h, d)
+
+    def leaves(self):
+        return (self.q, self.k, self.v)
+
+    def fwd(self):
+        kw = {"enable_gqa": True} if self.inp.group > 1 else {}
+        with self._ctx():
+            out = self._sdpa(self.q, self.k, self.v, is_causal=self.inp.w.causal, scale=self.inp.scale, **kw)
+        return out, self.dout
+
+    def bwd(self, state):
+        with self._ctx():
+            return super().bwd(state)
+
+    def result(self, state, grads):
+        return (self._pack(state[0]), self._pack(grads[0]), self._pack(grads[1]), self._pack(grads[2]))
+
+
+def _call_by_schema(op, values: Dict[str, Any]):
+    """Call an aten overload by argument names read from its schema at run time, so that
+    renamed/added arguments across torch versions do not break the call."""
+    args: List[Any] = []
+    kwargs: Dict[str, Any] = {}
+    for a in op._schema.arguments:
+        if a.name in values:
+            val = values[a.name]
+        elif a.has_default_value():
+            if a.kwarg_only:
+                continue
+            val = a.default_value
+        elif str(a.type).endswith("?"):
+            val = None
+        else:
+            raise TypeError(f"do not know how to fill argument '{a.name}' of {op._schema}")
+        if a.kwarg_only:
+            kwargs[a.name] = val
+        else:
+            args.append(val)
+    return op(*args, **kwargs)
+
+
+class Fa2AtenImpl(Impl):
+    """FlashAttention-2 varlen as shipped inside PyTorch (aten::_flash_attention_forward /
+    _backward with cu_seqlens)."""
+
+    name = "fa2_varlen_torch"
+
+    def __init__(self, inp: Inputs):
+        super().__init__(inp)
+        import torch
+
+        self.fop = torch.ops.aten._flash_attention_forward.default
+        self.bop = torch.ops.aten._flash_attention_backward.default
+        self.k, self.v = inp.k, inp.v
+        self.expanded = False
+        self.gqa = "n/a"
+        if inp.group > 1:
+            try:
+                self._fwd_raw()
+                torch.cuda.synchronize()
+                self.gqa = "native"
+            except Exception as e:  # older builds require equal heads
+                self.k, self.v = expand_kv(inp.k, inp.group), expand_kv(inp.v, inp.group)
+                self.expanded = True
+                self.gqa = "k/v expanded (repeat_interleave, outside timing)"
+                self.notes.append(f"native GQA failed ({_err(e)[:120]}); k/v expanded outside timing")
+
+    def _common(self) -> Dict[str, Any]:
+        w, cu = self.inp.w, self.inp.cu
+        return {
+            "cum_seq_q": cu, "cum_seq_k": cu, "max_q": w.max_seqlen, "max_k": w.max_seqlen,
+            "dropout_p": 0.0, "is_causal": w.causal, "scale": self.inp.scale,
+        }
+
+    def _fwd_raw(self):
+        vals = self._common()
+        vals.update(query=self.inp.q, key=self.k, value=self.v, return_debug_mask=False)
+        return _call_by_schema(self.fop, vals)
+
+    def fwd(self):
+        return self._fwd_raw()
+
+    def bwd(self, state):
+        out, lse, seed, offset = state[0], state[1], state[2], state[3]
+        vals = self._common()
+        vals.update(grad_out=self.inp.dout, query=self.inp.q, key=self.k, value=self.v, out=out,
+                    logsumexp=lse, rng_state=seed, unused=offset, philox_seed=seed, philox_offset=offset)
+        return _call_by_schema(self.bop, vals)
+
+    def result(self, state, grads):
+        dq, dk, dv = grads[0], grads[1], grads[2]
+        if self.expanded:
+            dk, dv = reduce_kv_grad(dk, self.inp.group), reduce_kv_grad(dv, self.inp.group)
+        return state[0], dq, dk, dv
+
+
+_FLEX_COMPILED: Dict[str, Any] = {}
+
+
+class FlexImpl(AutogradImpl):
+    """FlexAttention (compiled) with a document-causal BlockMask built once per workload."""
+
+    name = "flex_attention"
+
+    def __init__(self, inp: Inputs):
+        super().__init__(inp)
+        import torch
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        if "fn" not in _FLEX_COMPILED:
+            _FLEX_COMPILED["fn"] = torch.compile(flex_attention, dynamic=False)
+        self.fn = _FLEX_COMPILED["fn"]
+        w = inp.w
+        T = w.total_tokens
+        lens = torch.tensor(w.lengths, device="cuda")
+        doc = torch.repeat_interleave(torch.arange(len(w.lengths), device="cuda"), lens)
+        causal = w.causal
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            same = doc[q_idx] == doc[kv_idx]
+            return (same & (q_idx >= kv_idx)) if causal else same
+
+        try:  # _compile avoids materialising a T x T mask on long packs
+            self.block_mask = create_block_mask(mask_mod, None, None, T, T, device="cuda", _compile=True)
+        except TypeError:
+            self.block_mask = create_block_mask(mask_mod, None, None, T, T, device="cuda")
+        # [1, H, T, D] contiguous copies, made outside timing.
+        self.q = inp.q.detach().transpose(0, 1).unsqueeze(0).contiguous().requires_grad_()
+        self.k = inp.k.detach().transpose(0, 1).unsqueeze(0).contiguous().requires_grad_()
+        self.v = inp.v.detach().transpose(0, 1).unsqueeze(0).contiguous().requires_grad_()
+        self.dout = inp.dout.transpose(0, 1).unsqueeze(0).contiguous()
+        self.gqa = "native (enable_gqa)" if inp.group > 1 else "n/a"
+
+    def leaves(self):
+        return (self.q, self.k, self.v)
+
+    def fwd(self):
+        kw = {"enable_gqa": True} if self.inp.group > 1 else {}
+        out = self.fn(self.q, self.k, self.v, block_mask=self.block_mask, scale=self.inp.scale, **kw)
+        return out, self.dout
+
+    def result(self, state, grads):
+        unpack = lambda x: x[0].transpose(0, 1)  # noqa: E731
+        return unpack(state[0]), unpack(grads[0]), unpack(grads[1]), unpack(grads[2])
+
+
+class FlashAttnPkgImpl(AutogradImpl):
+    """flash_attn (FA2 package) or flash_attn_interface (FA3) varlen, BF16."""
+
+    def __init__(self, inp: Inputs, module: str):
+        super().__init__(inp)
+        import importlib
+
+        mod = importlib.import_module(module)
+        self.fn = mod.flash_attn_varlen_func
+        self.name = {"flash_attn": "flash_attn2", "flash_attn_interface": "flash_attn3"}.get(module, module)
+        self.q = inp.q.detach().requires_grad_()
+        self.k = inp.k.detach().requires_grad_()
+        self.v = inp.v.detach().requires_grad_()
+        self.gqa = "native" if inp.group > 1 else "n/a"
+
+    def leaves(self):
+        return (self.q, self.k, self.v)
+
+    def fwd(self):
+        w, cu = self.inp.w, self.inp.cu
+        out = self.fn(self.q, self.k, self.v, cu, cu, w.max_seqlen, w.max_seqlen, softmax_scale=self.inp.scale,
+                      causal=w.causal)
+        if isinstance(out, tuple):  # some FA3 versions return (out, lse)
+            out = out[0]
+        return out, self.inp.dout
+
+    def result(self, state, grads):
+        return state[0], grads[0], grads[1], grads[2]
+
+
+class TransformerEngineImpl(AutogradImpl):
+    """Transformer Engine DotProductAttention, THD (packed) format, BF16."""
+
+    name = "transformer_engine"
+
+    def __init__(self, inp: Inputs):
+        super().__init__(inp)
+        import transformer_engine.pytorch as te
+
+        w = inp.w
+        self.mod = te.DotProductAttention(w.hq, w.head_dim, num_gqa_groups=w.hkv, attention_dropout=0.0,
+                                          qkv_format="thd",
+                                          attn_mask_type="padding_causal" if w.causal else "padding",
+                                          softmax_scale=inp.scale)
+        self.q = inp.q.detach().requires_grad_()
+        self.k = inp.k.detach().requires_grad_()
+        self.v = inp.v.detach().requires_grad_()
+        self.dout = inp.dout.reshape(w.total_tokens, w.hq * w.head_dim)
+        self.gqa = "native" if inp.group > 1 else "n/a"
+
+    def leaves(self):
+        return (self.q, self.k, self.v)
+
+    def fwd(self):
+        w, cu = self.inp.w, self.inp.cu
+        out = self.mod(self.q, self.k, self.v, cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=w.max_seqlen,
+                       max_seqlen_kv=w.max_seqlen)
+        return out, self.dout
+
+    def result(self, state, grads):
+        w = self.inp.w
+        return state[0].reshape(w.total_tokens, w.hq, w.head_dim), grads[0], grads[1], grads[2]
+
+
+class CudnnFp8Impl(Impl):
+    """cuDNN FP8 SDPA forward + backward through the cuDNN Python frontend, per-tensor scales
+    (power-of-two, from each tensor's amax, as current-scaling FP8 recipes do; O, S, dP and the
+    gradients use scales calibrated by one untimed run). fwd/bwd/step time the cuDNN graphs;
+    the quantization of q/k/v/dO (unfused torch ops here) is reported as quant_ms."""
+
+    name = "cudnn_fp8"
+    recipe = "fp8_per_tensor"
+    precision = "fp8"
+    has_quant = True
+
+    def __init__(self, inp: Inputs):
+        super().__init__(inp)
+        import torch
+        import cudnn  # noqa: F401
+
+        w = inp.w
+        if not w.fixed:
+            raise NotImplementedError("fixed-length workloads only")
+        self.cudnn = cudnn
+        self.B, self.L, self.H, self.Hkv, self.D = len(w.lengths), w.doc_len, w.hq, w.hkv, w.head_dim
+        self.gqa = "native" if inp.group > 1 else "n/a"
+        dev = "cuda"
+        f8 = torch.float8_e4m3fn
+        self.q8 = torch.empty(inp.q.shape, dtype=f8, device=dev)
+        self.k8 = torch.empty(inp.k.shape, dtype=f8, device=dev)
+        self.v8 = torch.empty(inp.v.shape, dtype=f8, device=dev)
+        self.do8 = torch.empty(inp.dout.shape, dtype=f8, device=dev)
+        self.o8 = torch.empty(inp.q.shape, dtype=f8, device=dev)
+        self.dq8 = torch.empty(inp.q.shape, dtype=f8, device=dev)
+        self.dk8 = torch.empty(inp.k.shape, dtype=f8, device=dev)
+        self.dv8 = torch.empty(inp.v.shape, dtype=f8, device=dev)
+        self.stats = torch.empty((self.B, self.H, self.L, 1), dtype=torch.float32, device=dev)
+        one = lambda: torch.ones((1, 1, 1, 1), dtype=torch.float32, device=dev)  # noqa: E731
+        names = ["descale_q", "descale_k", "descale_v", "descale_do", "descale_s", "scale_s", "scale_o",
+                 "descale_o", "descale_dp", "scale_dp", "scale_dq", "scale_dk", "scale_dv",
+                 "amax_s", "amax_o", "amax_dq", "amax_dk", "amax_dv", "amax_dp"]
+        self.s = {n: one() for n in names}
+        self.scale_in = {n: one() for n in ("q", "k", "v", "do")}
+        # P is in [0, 1]: 256 (a power of two under 448) keeps it in range.
+        self.s["scale_s"].fill_(256.0)
+        self.s["descale_s"].fill_(1.0 / 256.0)
+        self.handle = cudnn.create_handle()
+        cudnn.set_stream(handle=self.handle, stream=torch.cuda.current_stream().cuda_stream)
+        self._build_fwd()
+        self._build_bwd()
+        self.ws = torch.empty((max(self.fg.get_workspace_size(), self.bg.get_workspace_size(), 1),),
+                              dtype=torch.uint8, device=dev)
+        self._calibrate()
+
+    # layouts: packed [T, H, D] memory seen as [B, H, L, D] (BSHD strides)
+    def _dims(self, h: int):
+        return (self.B, h, self.L, self.D), (self.L * h * self.D, self.D, h * self.D, 1)
+
+    def _graph(self):
+        c = self.cudnn
+        return c.pygraph(io_data_type=c.data_type.FP8_E4M3, intermediate_data_type=c.data_type.FLOAT,
+                         compute_data_type=c.data_type.FLOAT, handle=self.handle)
+
+    def _t(self, g, h: int):
+        dim, st = self._dims(h)
+        return g.tensor(dim=dim, stride=st, data_type=self.cudnn.data_type.FP8_E4M3)
+
+    def _scalar(self, g):
+        return g.tensor(dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=self.cudnn.data_type.FLOAT)
+
+    def _finish(self, g):
+        c = self.cudnn
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([c.heur_mode.A, c.heur_mode.FALLBACK])
+        g.check_support()
+        g.build_plans()
+
+    def _build_fwd(self):
+        c = self.cudnn
+        g = self._graph()
+        t = {"q": self._t(g, self.H), "k": self._t(g, self.Hkv), "v": self._t(g, self.Hkv)}
+        for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o"):
+            t[n] = self._scalar(g)
+        kw = dict(q=t["q"], k=t["k"], v=t["v"], descale_q=t["descale_q"], descale_k=t["descale_k"],
+                  descale_v=t["descale_v"], descale_s=t["descale_s"], scale_s=t["scale_s"],
+                  scale_o=t["scale_o"], attn_scale=self.inp.scale, use_causal_mask=self.inp.w.causal)
+        try:
+            o, stats, amax_s, amax_o = g.sdpa_fp8(generate_stats=True, **kw)
+        except TypeError:  # older frontends spell it is_inference
+            o, stats, amax_s, amax_o = g.sdpa_fp8(is_inference=False, **kw)
+        dim, st = self._dims(self.H)
+        o.set_output(True).set_dim(dim).set_stride(st).set_data_type(c.data_type.FP8_E4M3)
+        stats.set_output(True).set_dim((self.B, self.H, self.L, 1)).set_stride(
+            (self.H * self.L, self.L, 1, 1)).set_data_type(c.data_type.FLOAT)
+        for a in (amax_s, amax_o):
+            a.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(c.data_type.FLOAT)
+        self._finish(g)
+        self.fg = g
+        self.fpack = {t["q"]: self.q8, t["k"]: self.k8, t["v"]: self.v8, o: self.o8, stats: self.stats,
+                      amax_s: self.s["amax_s"], amax_o: self.s["amax_o"]}
+        for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o"):
+            self.fpack[t[n]] = self.s[n]
+
+    def _build_bwd(self):
+        c = self.cudnn
+        g = self._graph()
+        t = {"q": self._t(g, self.H), "k": self._t(g, self.Hkv), "v": self._t(g, self.Hkv),
+             "o": self._t(g, self.H), "do": self._t(g, self.H)}
+        t["stats"] = g.tensor(dim=(self.B, self.H, self.L, 1), stride=(self.H * self.L, self.L, 1, 1),
+                              data_type=c.data_type.FLOAT)
+        sc = ["descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp",
+              "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp"]
+        for n in sc:
+            t[n] = self._scalar(g)
+        dq, dk, dv, adq, adk, adv, adp = g.sdpa_fp8_backward(
+            q=t["q"], k=t["k"], v=t["v"], o=t["o"], dO=t["do"], stats=t["stats"],
+            descale_q=t["descale_q"], descale_k=t["descale_k"], descale_v=t["descale_v"],
+            descale_o=t["descale_o"], descale_dO=t["descale_do"], descale_s=t["descale_s"],
+            descale_dP=t["descale_dp"], scale_s=t["scale_s"], scale_dQ=t["scale_dq"], scale_dK=t["scale_dk"],
+            scale_dV=t["scale_dv"], scale_dP=t["scale_dp"], attn_scale=self.inp.scale,
+            use_causal_mask=self.inp.w.causal)
+        for out, h in ((dq, self.H), (dk, self.Hkv), (dv, self.Hkv)):
+            dim, st = self._dims(h)
+            out.set_output(True).set_dim(dim).set_stride(st).set_data_type(c.data_type.FP8_E4M3)
+        for a in (adq, adk, adv, adp):
+            a.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(c.data_type.FLOAT)
+        self._finish(g)
+        self.bg = g
+        self.bpack = {t["q"]: self.q8, t["k"]: self.k8, t["v"]: self.v8, t["o"]: self.o8, t["do"]: self.do8,
+                      t["stats"]: self.stats, dq: self.dq8, dk: self.dk8, dv: self.dv8,
+                      adq: self.s["amax_dq"], adk: self.s["amax_dk"], adv: self.s["amax_dv"],
+                      adp: self.s["amax_dp"]}
+        for n in sc:
+            self.bpack[t[n]] = self.s[n]
+
+    @staticmethod
+    def _pow2_scale(amax):
+        import torch
+
+        # Largest power of two with amax * scale <= 448 (E4M3's max); 1 for an all-zero tensor.
+        a = torch.clamp(amax.float(), min=1e-30)
+        s = torch.exp2(torch.floor(torch.log2(448.0 / a)))
+        return torch.where(amax > 0, s, torch.ones_like(s))
+
+    def _q(self, x, x8, name: str):
+        s = self._pow2_scale(x.abs().amax()).reshape(1, 1, 1, 1)
+        self.scale_in[name].copy_(s)
+        x8.copy_((x.float() * s.reshape(1, 1, 1)).to(x8.dtype))
+        self.s["descale_" + name].copy_(1.0 / s)
+
+    def quant(self):
+        self._q(self.inp.q, self.q8, "q")
+        self._q(self.inp.k, self.k8, "k")
+        self._q(self.inp.v, self.v8, "v")
+
+    def quant_do(self):
+        self._q(self.inp.dout, self.do8, "do")
+
+    def _calibrate(self):
+        import torch
+
+        self.quant()
+        self.quant_do()
+        self.fg.execute(self.fpack, self.ws, handle=self.handle)
+        so = self._pow2_scale(self.s["amax_o"])
+        self.s["scale_o"].copy_(so)
+        self.s["descale_o"].copy_(1.0 / so)
+        self.fg.execute(self.fpack, self.ws, handle=self.handle)
+        self.bg.execute(self.bpack, self.ws, handle=self.handle)
+        sdp = self._pow2_scale(self.s["amax_dp"])
+        self.s["scale_dp"].copy_(sdp)
+        self.s["descale_dp"].copy_(1.0 / sdp)
+        for n in ("dq", "dk", "dv"):
+            self.s["scale_" + n].copy_(self._pow2_scale(self.s["amax_" + n]))
+        torch.cuda.synchronize()
+        self.notes.append("fwd/bwd/step time the cuDNN graphs; quant_ms (q/k/v, unfused torch ops) "
+                          "is not included in them; the backward also needs dO quantized (not timed)")
+
+    def fwd(self):
+        self.fg.execute(self.fpack, self.ws, handle=self.handle)
+        return True
+
+    def bwd(self, state):
+        self.bg.execute(self.bpack, self.ws, handle=self.handle)
+        return True
+
+    def result(self, state, grads):
+        def deq(x8, scale):
+            return x8.float() / scale.reshape(1, 1, 1)
+
+        return (deq(self.o8, self.s["scale_o"]), deq(self.dq8, self.s["scale_dq"]),
+                deq(self.dk8, self.s["scale_dk"]), deq(self.dv8, self.s["scale_dv"]))
+
+    def close(self):
+        try:
+            self.cudnn.destroy_handle(self.handle)
+        except Exception:
+            pass
+
+
+def baseline_factories() -> List[Tuple[str, Callable[[Inputs], Impl]]]:
+    """Baselines in the order they run; availability is decided per workload (errors recorded)."""
+    import importlib.util
+
+    out: List[Tuple[str, Callable[[Inputs], Impl]]] = [
+        ("sdpa_cudnn", SdpaCudnnImpl),
+        ("fa2_varlen_torch", Fa2AtenImpl),
+        ("flex_attention", FlexImpl),
+        ("cudnn_fp8", CudnnFp8Impl),
+    ]
+    for mod in ("flash_attn", "flash_attn_interface"):
+        if importlib.util.find_spec(mod) is not None:
+            out.append((mod, lambda inp, m=mod: FlashAttnPkgImpl(inp, m)))
+    if importlib.util.find_spec("transformer_engine") is not None:
+        out.append(("transformer_engine", TransformerEngineImpl))
+    return out
+
+
+def missing_baselines() -> Dict[str, str]:
+    import importlib.util
+
+    miss = {}
+    for mod, label in (("cudnn", "cudnn_fp8 (cuDNN python frontend, `import cudnn`)"),
+                       ("flash_attn", "flash_attn2"), ("flash_attn_interface", "flash_attn3"),
+                       ("transformer_engine", "transformer_engine")):
+        if importlib.util.find_spec(mod) is None:
+            miss[label] = "not available"
+    return miss
+
+
+# ---- timing ----------------------------------------------------------------------------------
+class Timer:
+    def __init__(self, iters: int, warmup: int):
+        import torch
+
+        self.iters, self.warmup = iters, warmup
+        self.flush_buf = torch.empty((L2_FLUSH_BYTES // 4,), dtype=torch.int32, device="cuda")
+        self.torch = torch
+
+    def _pre(self) -> None:
+        # Evict L2 (a 256 MB write, larger than H200's 50 MB L2), then let the GPU idle-spin
+        # briefly so the host's launches of the measured call queue up behind it and host
+        # overhead does not show as GPU time.
+        self.flush_buf.zero_()
+        if hasattr(self.torch.cuda, "_sleep"):
+            self.torch.cuda._sleep(50_000)
+
+    def measure(self, fn: Callable[[], Any], setup: Optional[Callable[[], Any]] = None) -> float:
+        """Median milliseconds of fn(setup()) over self.iters calls."""
+        torch = self.torch
+        pairs = []
+        keep = []
+        for _ in range(self.iters):
+            arg = setup() if setup is not None else None
+            self._pre()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            r = fn() if setup is None else fn(arg)
+            b.record()
+            pairs.append((a, b))
+            keep.append(r)
+            if len(keep) > 2:  # bound memory held by outputs/autograd graphs
+                keep.pop(0)
+        torch.cuda.synchronize()
+        return statistics.median(a.elapsed_time(b) for a, b in pairs)
+
+    def run(self, impl: Impl) -> Dict[str, Optional[float]]:
+        torch = self.torch
+        for _ in range(self.warmup):
+            impl.bwd(impl.fwd())
+        torch.cuda.synchronize()
+        res: Dict[str, Optional[float]] = {"quant_ms": None}
+        if impl.has_quant:
+            res["quant_ms"] = self.measure(lambda: impl.quant())
+        res["fwd_ms"] = self.measure(lambda: impl.fwd())
+        res["bwd_ms"] = self.measure(lambda st: impl.bwd(st), setup=impl.fwd)
+        res["step_ms"] = self.measure(lambda: impl.bwd(impl.fwd()))
+        return res
+
+
+# ---- accuracy and properties -----------------------------------------------------------------
+def sample_docs(w: Workload) -> List[int]:
+    """A few documents: the first, one of median length and the longest."""
+    n = len(w.lengths)
+    order = sorted(range(n), key=lambda i: w.lengths[i])
+    picks = [0, order[n // 2], order[-1]]
+    return sorted(set(picks))
+
+
+def sample_kv_heads(w: Workload) -> List[int]:
+    # MHA: the first two heads. GQA: the first KV head with all its query heads.
+    return [0, 1][: w.hkv] if w.hq == w.hkv else [0]
+
+
+def accuracy(ref, out, dq, dk, dv) -> Dict[str, Optional[float]]:
+    from .reference import rel_l2
+
+    r: Dict[str, Optional[float]] = {}
+    r["o"] = rel_l2(ref.select_q(out), ref.out)
+    r["dq"] = rel_l2(ref.select_q(dq), ref.dq) if dq is not None else None
+    r["dk"] = rel_l2(ref.select_kv(dk), ref.dk) if dk is not None else None
+    r["dv"] = rel_l2(ref.select_kv(dv), ref.dv) if dv is not None else None
+    return {k: (round(v, 5) if v is not None else None) for k, v in r.items()}
+
+
+def flamia_properties(inp: Inputs, recipe: str) -> Dict[str, Any]:
+    """Bitwise causal safety and document isolation on this workload (DESIGN.md section 3)."""
+    import torch
+    import flamia
+
+    w = inp.w
+    cu = w.cu_seqlens
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1234)
+    res: Dict[str, Any] = {}
+
+    def run_fwd(q, k, v):
+        with torch.no_grad():
+            return flamia.attention(q, k, v, inp.cu, w.max_seqlen, causal=w.causal, recipe=recipe,
+                                    return_lse=True)
+
+    def big_noise(x):
+        # Large values change every per-token scale of the perturbed rows.
+        return (torch.randn(x.shape, generator=g, device="cuda") * 1000.0).to(x.dtype)
+
+    o0, l0 = run_fwd(inp.q, inp.k, inp.v)
+    # Causal: perturb q/k/v after position t of the longest document.
+    if w.causal:
+        d = max(range(len(w.lengths)), key=lambda i: w.lengths[i])
+        s, n = cu[d], w.lengths[d]
+        t = min(n - 2, n // 2 + 37) if n > 2 else 0
+        if n > 1:
+            q, k, v = inp.q.clone(), inp.k.clone(), inp.v.clone()
+            for x in (q, k, v):
+                x[s + t + 1:s + n] = big_noise(x[s + t + 1:s + n])
+            o1, l1 = run_fwd(q, k, v)
+            res["causal_doc"], res["causal_t"] = d, t
+            res["causal_bitwise"] = bool(torch.equal(o0[s:s + t + 1], o1[s:s + t + 1]) and
+                                         torch.equal(l0[:, s:s + t + 1], l1[:, s:s + t + 1]))
+            del q, k, v, o1, l1
+    # Document isolation: perturb a whole document (forward and backward).
+    if len(w.lengths) > 1:
+        d = len(w.lengths) // 2
+        s, e = cu[d], cu[d + 1]
+        q, k, v = inp.q.clone(), inp.k.clone(), inp.v.clone()
+        for x in (q, k, v):
+            x[s:e] = big_noise(x[s:e])
+        o1, l1 = run_fwd(q, k, v)
+        keep = torch.ones(w.total_tokens, dtype=torch.bool, device="cuda")
+        keep[s:e] = False
+        res["doc_perturbed"] = d
+        res["doc_fwd_bitwise"] = bool(torch.equal(o0[keep], o1[keep]) and torch.equal(l0[:, keep], l1[:, keep]))
+
+        def grads(qq, kk, vv):
+            qq, kk, vv = (x.detach().requires_grad_() for x in (qq, kk, vv))
+            out = flamia.attention(qq, kk, vv, inp.cu, w.max_seqlen, causal=w.causal, recipe=recipe)
+            return torch.autograd.grad(out, (qq, kk, vv), inp.dout)
+
+        g0 = grads(inp.q, inp.k, inp.v)
+        g0b = grads(inp.q, inp.k, inp.v)
+        g1 = grads(q, k, v)
+        res["bwd_deterministic"] = all(bool(torch.equal(a, b)) for a, b in zip(g0, g0b))
+        res["doc_bwd_dk_dv_bitwise"] = bool(torch.equal(g0[1][keep], g1[1][keep]) and
+                                            torch.equal(g0[2][keep], g1[2][keep]))
+        res["doc_bwd_dq_bitwise"] = bool(torch.equal(g0[0][keep], g1[0][keep]))
+        del q, k, v, o1, l1, g0, g0b, g1
+    return res
+
+
+# ---- driver ----------------------------------------------------------------------------------
+@dataclass
+class Record:
+    workload: str
+    impl: str
+    recipe: str
+    quant_ms: Optional[float] = None
+    fwd_ms: Optional[float] = None
+    bwd_ms: Optional[float] = None
+    step_ms: Optional[float] = None
+    fwd_tflops: Optional[float] = None
+    step_tflops: Optional[float] = None
+    precision: str = "bf16"
+    errors: Dict[str, Optional[float]] = field(default_factory=dict)
+    gqa: str = "n/a"
+    notes: List[str] = field(default_factory=list)
+    error: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> Dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        d.update(self.extra)
+        return d
+
+
+def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
+    return None if x is None else round(float(x), nd)
+
+
+def run_impl(make: Callable[[], Impl], label: Tuple[str, str], w: Workload, timer: Timer, ref,
+             precision_hint: str) -> Optional[Record]:
+    import torch
+
+    rec = Record(w.name, label[0], label[1], precision=precision_hint)
+    impl: Optional[Impl] = None
+    try:
+        impl = make()
+        rec.impl, rec.recipe, rec.precision = impl.name, impl.recipe, impl.precision
+        rec.gqa = getattr(impl, "gqa", "n/a")
+        log(f"{w.name} {rec.impl}/{rec.recipe}: timing ({timer.iters} iters)")
+        t = timer.run(impl)
+        rec.quant_ms, rec.fwd_ms, rec.bwd_ms, rec.step_ms = (_r(t["quant_ms"]), _r(t["fwd_ms"]),
+                                                             _r(t["bwd_ms"]), _r(t["step_ms"]))
+        rec.fwd_tflops = _r(w.fwd_flops() / (t["fwd_ms"] * 1e-3) / 1e12, 1)
+        rec.step_tflops = _r((w.fwd_flops() + w.bwd_flops()) / (t["step_ms"] * 1e-3) / 1e12, 1)
+        log(f"{w.name} {rec.impl}/{rec.recipe}: fwd {rec.fwd_ms} ms, step {rec.step_ms} ms "
+            f"({rec.step_tflops} TFLOPS); checking accuracy")
+        if ref is not None:
+            st = impl.fwd()
+            gr = impl.bwd(st)
+            out, dq, dk, dv = impl.result(st, gr)
+            rec.errors = accuracy(ref, out, dq, dk, dv)
+            del st, gr, out, dq, dk, dv
+        rec.notes = impl.notes
+    except NotImplementedError as e:
+        log(f"{w.name} {label[0]}: skipped ({e})")
+        return None
+    except Exception as e:
+        rec.error = _err(e)
+        log(f"{w.name} {rec.impl}/{rec.recipe}: FAILED {rec.error}")
+        if os.environ.get("FLAMIA_BENCH_TRACEBACK"):
+            traceback.print_exc()
+    finally:
+        if impl is not None:
+            impl.close()
+        del impl
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return rec
+
+
+def add_speedups(recs: List[Record]) -> None:
+    """Fill the speedup keys of flamia records against the fastest baselines of the workload."""
+    base = [r for r in recs if r.impl != "flamia" and r.error is None]
+
+    def best(pool: List[Record], key: str) -> Optional[Record]:
+        pool = [r for r in pool if getattr(r, key) is not None]
+        return min(pool, key=lambda r: getattr(r, key)) if pool else None
+
+    b_step, b_fwd = best(base, "step_ms"), best(base, "fwd_ms")
+    bf16 = [r for r in base if r.precision == "bf16"]
+    f_step, f_fwd = best(bf16, "step_ms"), best(bf16, "fwd_ms")
+    for r in recs:
+        if r.impl != "flamia" or r.error is not None:
+            continue
+        sp = lambda b, key: _r(getattr(b, key) / getattr(r, key), 3) if b and getattr(r, key) else None  # noqa: E731
+        r.extra.update({
+            "best_baseline": f"{b_step.impl}/{b_step.recipe}" if b_step else None,
+            "best_fwd_baseline": f"{b_fwd.impl}/{b_fwd.recipe}" if b_fwd else None,
+            "fwd_speedup_vs_best_baseline": sp(b_fwd, "fwd_ms"),
+            "step_speedup_vs_best_baseline": sp(b_step, "step_ms"),
+            "best_bf16": f"{f_step.impl}" if f_step else None,
+            "fwd_speedup_vs_best_bf16": sp(f_fwd, "fwd_ms"),
+            "step_speedup_vs_best_bf16": sp(f_step, "step_ms"),
+        })
+
+
+def print_table(recs: List[Record]) -> None:
+    cols = ["workload", "impl", "recipe", "quant", "fwd", "bwd", "step", "fwdTF", "stepTF",
+            "errO", "errdQ", "errdK", "errdV", "xbest", "xbf16"]
+    rows = []
+    for r in recs:
+        def f(x: Any, nd: int = 3) -> str:
+            return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, (int, float)) else str(x))
+
+        e = r.errors
+        rows.append([r.workload, r.impl, r.recipe, f(r.quant_ms), f(r.fwd_ms), f(r.bwd_ms), f(r.step_ms),
+                     f(r.fwd_tflops, 1), f(r.step_tflops, 1),
+                     f(e.get("o"), 4), f(e.get("dq"), 4), f(e.get("dk"), 4), f(e.get("dv"), 4),
+                     f(r.extra.get("step_speedup_vs_best_baseline"), 2),
+                     f(r.extra.get("step_speedup_vs_best_bf16"), 2)])
+        if r.error:
+            rows[-1][3] = "ERROR: " + r.error[:70]
+            rows[-1][4:] = [""] * (len(cols) - 4)
+    widths = [max(len(c), *(len(x[i]) for x in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    widths[3] = max(len(cols[3]), max((len(x[3]) for x in rows if not x[3].startswith("ERROR")), default=5))
+    print()
+    print("times in ms (median); TF = TFLOPS (DESIGN.md §4); err = rel. L2 vs float64 on a sample; "
+          "x = step speedup of flamia")
+    print("  ".join(c.ljust(wd) for c, wd in zip(cols, widths)))
+    for x in rows:
+        print("  ".join(v.ljust(wd) for v, wd in zip(x, widths)).rstrip())
+    print(flush=True)
+
+
+def draw_charts(recs: List[Record], out_dir: str) -> List[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:
+        log(f"charts skipped: matplotlib not available ({_err(e)})")
+        return []
+    files = []
+    # 1. Speedup of flamia over the fastest baseline, per workload.
+    wls = []
+    for r in recs:
+        if r.workload not in wls:
+            wls.append(r.workload)
+    fl = {(r.workload, r.recipe): r for r in recs if r.impl == "flamia" and r.error is None}
+    if fl:
+        fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.4 * len(wls)) * 2, 4.5))
+        for ax, key, title in ((axes[0], "step_speedup_vs_best_baseline", "fwd+bwd (step)"),
+                               (axes[1], "fwd_speedup_vs_best_baseline", "quant+fwd")):
+            width = 0.8 / len(FLAMIA_RECIPES)
+            for i, rcp in enumerate(FLAMIA_RECIPES):
+                ys = [fl[(wl, rcp)].extra.get(key) if (wl, rcp) in fl else None for wl in wls]
+                xs = [j + i * width for j in range(len(wls))]
+                bars = ax.bar(xs, [y or 0 for y in ys], width, label=f"flamia {rcp}")
+                for bx, y in zip(bars, ys):
+                    if y:
+                        ax.text(bx.get_x() + bx.get_width() / 2, y, f"{y:.2f}", ha="center", va="bottom",
+                                fontsize=7)
+            ax.axhline(1.0, color="k", lw=0.8, ls="--")
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(wls))])
+            ax.set_xticklabels(wls, rotation=30, ha="right")
+            ax.set_ylabel("speedup vs fastest baseline")
+            ax.set_title(f"flamia {title} speedup over the fastest baseline")
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = os.path.join(out_dir, "speedup.png")
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        files.append(p)
+    # 2. TFLOPS by document length on the fixed-length workloads.
+    fixed = {"fixed-4k": 4096, "fixed-8k": 8192, "fixed-16k": 16384, "fixed-32k": 32768}
+    series: Dict[str, List[Tuple[int, float]]] = {}
+    for r in recs:
+        if r.workload in fixed and r.error is None and r.step_tflops:
+            series.setdefault(f"{r.impl}/{r.recipe}", []).append((fixed[r.workload], r.step_tflops))
+    if series:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for name, pts in sorted(series.items()):
+            pts.sort()
+            style = "-o" if name.startswith("flamia") else "--s"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(fixed.values()))
+        ax.set_xticklabels(["4k", "8k", "16k", "32k"])
+        ax.set_xlabel("document length (32k tokens per pack)")
+        ax.set_ylabel("fwd+bwd TFLOPS")
+        ax.set_title("Causal attention fwd+bwd TFLOPS by document length (Hq=16, D=128)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = os.path.join(out_dir, "tflops_by_length.png")
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        files.append(p)
+    return files
+
+
+def environment() -> Dict[str, Any]:
+    import torch
+
+    env: Dict[str, Any] = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host_python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": str(torch.backends.cudnn.version()),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
+    try:
+        import cudnn
+
+        env["cudnn_frontend"] = getattr(cudnn, "__version__", "?")
+        try:
+            env["cudnn_frontend_backend"] = str(cudnn.backend_version())
+        except Exception:
+            pass
+    except Exception:
+        env["cudnn_frontend"] = "not available"
+    try:
+        import flamia
+
+        env["flamia"] = flamia.library_version()
+    except Exception as e:
+        env["flamia"] = f"unavailable: {_err(e)}"
+    return env
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m flamia.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="docs/bench", help="output folder for bench.json and PNGs")
+    p.add_argument("--workloads", default=None,
+                   help=f"comma-separated subset of: {','.join(WORKLOADS)} (default: all; --quick: a subset)")
+    p.add_argument("--quick", action="store_true", help="fewer iterations and workloads (< 6 min on an H200)")
+    p.add_argument("--iters", type=int, default=None, help="timed iterations per measurement (default 20; quick 5)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed fwd+bwd calls first (default 3; quick 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--impls", default=None, help="comma-separated subset of implementations to run "
+                                                 "(flamia, sdpa_cudnn, fa2_varlen_torch, flex_attention, cudnn_fp8, "
+                                                 "flash_attn, flash_attn_interface, transformer_engine)")
+    p.add_argument("--no-checks", action="store_true", help="skip accuracy and bitwise checks")
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    a = parse_args(argv)
+    iters = a.iters if a.iters is not None else (5 if a.quick else 20)
+    warmup = a.warmup if a.warmup is not None else (2 if a.quick else 3)
+    if a.workloads:
+        names = [x.strip() for x in a.workloads.split(",") if x.strip()]
+        bad = [n for n in names if n not in WORKLOADS]
+        if bad:
+            print(f"unknown workloads {bad}; known: {list(WORKLOADS)}", file=sys.stderr)
+            return 2
+    else:
+        names = QUICK_WORKLOADS if a.quick else list(WORKLOADS)
+    impl_filter = set(x.strip() for x in a.impls.split(",")) if a.impls else None
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("flamia.bench needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 1
+    from .reference import attention_reference
+
+    os.makedirs(a.out, exist_ok=True)
+    env = environment()
+    log(f"GPU {env['gpu']}, torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, "
+        f"flamia {env['flamia']}")
+    log(f"workloads {names}; iters {iters}, warm-up {warmup}; input seed {a.seed}")
+    missing = missing_baselines()
+    for k, v in missing.items():
+        log(f"baseline {k}: {v}")
+    timer = Timer(iters, warmup)
+    records: List[Record] = []
+    workloads_meta: Dict[str, Any] = {}
+    flamia_ok = True
+    try:
+        import flamia  # noqa: F401
+        from . import _lib
+
+        _lib.get()
+    except Exception as e:
+        flamia_ok = False
+        flamia_err = _err(e)
+        log(f"flamia library unavailable: {flamia_err}")
+
+    for wi, name in enumerate(names):
+        w = WORKLOADS[name]
+        log(f"=== [{wi + 1}/{len(names)}] {w.describe()}")
+        meta: Dict[str, Any] = {"total_tokens": w.total_tokens, "hq": w.hq, "hkv": w.hkv, "head_dim": w.head_dim,
+                                "causal": w.causal, "fwd_flops": w.fwd_flops(), "bwd_flops": w.bwd_flops(),
+                                "lengths_summary": length_summary(w.lengths)}
+        if not w.fixed:
+            meta["length_seed"] = w.seed
+            meta["lengths"] = w.lengths
+        workloads_meta[name] = meta
+        recs: List[Record] = []
+        try:
+            inp = make_inputs(w, a.seed)
+            ref = None
+            if not a.no_checks:
+                docs, kvh = sample_docs(w), sample_kv_heads(w)
+                t0 = time.time()
+                ref = attention_reference(inp.q, inp.k, inp.v, w.cu_seqlens, w.causal, inp.scale, dout=inp.dout,
+                                          docs=docs, kv_heads=kvh)
+                meta["accuracy_sample"] = {"docs": docs, "doc_lengths": [w.lengths[i] for i in docs],
+                                           "q_heads": ref.q_heads, "kv_heads": ref.kv_heads}
+                log(f"{name}: float64 reference on docs {docs} (lengths {[w.lengths[i] for i in docs]}), "
+                    f"q heads {ref.q_heads}: {time.time() - t0:.1f}s")
+        except Exception as e:
+            log(f"{name}: cannot prepare inputs: {_err(e)}")
+            workloads_meta[name]["error"] = _err(e)
+            continue
+
+        for rcp in FLAMIA_RECIPES:
+            if impl_filter and "flamia" not in impl_filter:
+                break
+            if not flamia_ok:
+                recs.append(Record(name, "flamia", rcp, precision="fp8", error=flamia_err))
+                continue
+            rec = run_impl(lambda: FlamiaImpl(inp, rcp), ("flamia", rcp), w, timer, ref, "fp8")
+            if rec is not None:
+                if rec.error is None and not a.no_checks:
+                    try:
+                        log(f"{name} flamia/{rcp}: bitwise causal / document checks")
+                        rec.extra["checks"] = flamia_properties(inp, rcp)
+                        log(f"{name} flamia/{rcp}: checks {rec.extra['checks']}")
+                    except Exception as e:
+                        rec.extra["checks"] = {"error": _err(e)}
+                        log(f"{name} flamia/{rcp}: checks FAILED {_err(e)}")
+                recs.append(rec)
+        for key, factory in baseline_factories():
+            if impl_filter and key not in impl_filter:
+                continue
+            prec = "fp8" if key == "cudnn_fp8" else "bf16"
+            rec = run_impl(lambda: factory(inp), (key, "fp8_per_tensor" if prec == "fp8" else "bf16"), w, timer,
+                           ref, prec)
+            if rec is not None:
+                recs.append(rec)
+        add_speedups(recs)
+        records.extend(recs)
+        del inp, ref
+        torch.cuda.empty_cache()
+
+    print_table(records)
+    doc = {**env, "iters": iters, "warmup": warmup, "input_seed": a.seed, "l2_flush_bytes": L2_FLUSH_BYTES,
+           "timing": "CUDA events, median; L2 flushed before every timed call; flamia fwd includes quantization",
+           "flops": "causal fwd = 4*D*Hq*sum L(L+1)/2; bwd = 2.5 x fwd; step = fwd + bwd",
+           "accuracy": "relative L2 vs exact float64 attention on the sampled documents/heads",
+           "baselines_missing": missing, "workloads": workloads_meta,
+           "records": [r.to_json() for r in records]}
+    jpath = os.path.join(a.out, "bench.json")
+    with open(jpath, "w") as f:
+        json.dump(doc, f, indent=1)
+    log(f"wrote {jpath}")
+    for p in draw_charts(records, a.out):
+        log(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
