@@ -90,7 +90,7 @@ Status check_dtype(const char* name, const flamia_tensor& t, flamia_dtype want) 
 
 Status check_ndim(const char* name, const flamia_tensor& t, int ndim, const char* dims) {
   if (t.ndim == ndim) return Status::success();
-  return Status::invalid(std::string(name) + ": expected " + std::to_string(ndim) + " dims " + dims +
+  return Status::invalid(std::string(name) + ": expected " + std::to_string(ndim) + (ndim == 1 ? " dim " : " dims ") + dims +
                          ", got " + std::to_string(t.ndim));
 }
 
@@ -300,20 +300,27 @@ Status validate_args(const flamia_attention_args* args, Problem* p) {
 
 Status validate_cu_seqlens_values(const int32_t* cu, int num_docs, int64_t total_tokens, int max_seqlen) {
   if (cu[0] != 0) return Status::invalid("cu_seqlens: cu_seqlens[0] must be 0, got " + std::to_string(cu[0]));
+  int64_t longest = 0;
+  int longest_doc = 0;
   for (int b = 0; b < num_docs; ++b) {
     const int64_t len = int64_t(cu[b + 1]) - cu[b];
     if (len < 0)
       return Status::invalid("cu_seqlens: must be non-decreasing, got cu_seqlens[" + std::to_string(b + 1) +
                              "] = " + std::to_string(cu[b + 1]) + " < cu_seqlens[" + std::to_string(b) +
                              "] = " + std::to_string(cu[b]));
-    if (len > max_seqlen)
-      return Status::invalid("max_seqlen: " + std::to_string(max_seqlen) + " is less than the length " +
-                             std::to_string(len) + " of document " + std::to_string(b));
+    if (len > longest) {
+      longest = len;
+      longest_doc = b;
+    }
   }
   if (cu[num_docs] != total_tokens)
     return Status::invalid("cu_seqlens: last entry cu_seqlens[" + std::to_string(num_docs) + "] = " +
                            std::to_string(cu[num_docs]) + " must equal T = " + std::to_string(total_tokens) +
                            " (q.shape[0])");
+  // Checked last: a malformed cu_seqlens is the likelier cause of a "long document".
+  if (longest > max_seqlen)
+    return Status::invalid("max_seqlen: " + std::to_string(max_seqlen) + " is less than the length " +
+                           std::to_string(longest) + " of document " + std::to_string(longest_doc));
   return Status::success();
 }
 
