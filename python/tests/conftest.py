@@ -1,0 +1,17 @@
+"""Shared set-up for the Python tests.
+
+GPU test modules call helpers.require_gpu() at import, which skips the module cleanly when
+torch, CUDA or a GPU-capable libflamia.so is missing (this is the normal case on CI machines
+without a GPU). Set FLAMIA_REQUIRE_GPU=1 to turn those skips into failures on a GPU machine.
+"""
+
+import importlib.util
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# Run from the source tree when the package is not installed (PYTHONPATH=python also works).
+if importlib.util.find_spec("flamia") is None:
+    sys.path.insert(0, os.path.dirname(_HERE))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)

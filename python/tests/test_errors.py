@@ -1,0 +1,102 @@
+"""Bad inputs raise flamia.FlamiaError with a message that names the problem."""
+
+import re
+
+import pytest
+
+from helpers import require_gpu, make_pack
+
+torch = require_gpu()
+
+import flamia  # noqa: E402
+from flamia import FlamiaError  # noqa: E402
+
+
+@pytest.fixture
+def pack():
+    return make_pack([64, 100], 4, 2, 128, seed=1)
+
+
+def _raises(fn, pattern: str) -> str:
+    with pytest.raises(FlamiaError) as ei:
+        fn()
+    msg = str(ei.value)
+    assert re.search(pattern, msg), f"message {msg!r} does not match {pattern!r}"
+    return msg
+
+
+def test_cpu_tensors(pack):
+    q, k, v, _, cu = pack
+    _raises(lambda: flamia.attention(q.cpu(), k.cpu(), v.cpu(), cu.cpu(), 100), r"flamia: q must be a CUDA tensor")
+    _raises(lambda: flamia.attention(q, k, v.cpu(), cu, 100), r"flamia: v must be a CUDA tensor")
+    _raises(lambda: flamia.attention(q, k, v, cu.cpu(), 100), r"flamia: cu_seqlens must be a CUDA tensor")
+
+
+def test_float32(pack):
+    q, k, v, _, cu = pack
+    _raises(lambda: flamia.attention(q.float(), k, v, cu, 100), r"\bq\b")
+    _raises(lambda: flamia.attention(q, k.half(), v, cu, 100), r"\bk\b")
+
+
+def test_noncontiguous_last_dim(pack):
+    q, k, v, _, cu = pack
+    wide = torch.empty((q.shape[0], q.shape[1], 2 * q.shape[2]), dtype=q.dtype, device="cuda")
+    q_strided = wide[..., ::2]
+    q_strided.copy_(q)
+    assert q_strided.stride(-1) == 2
+    _raises(lambda: flamia.attention(q_strided, k, v, cu, 100), r"\bq\b")
+
+
+def test_cu_seqlens_int64(pack):
+    q, k, v, _, cu = pack
+    _raises(lambda: flamia.attention(q, k, v, cu.long(), 100), r"cu_seqlens")
+
+
+def test_bad_cu_seqlens_values(pack):
+    q, k, v, _, cu = pack
+    bad = torch.tensor([0, 100, 64 + 100 + 5], dtype=torch.int32, device="cuda")  # does not end at T
+    _raises(lambda: flamia.attention(q, k, v, bad, 100), r"cu_seqlens")
+
+
+def test_heads_not_a_multiple(pack):
+    q, _, _, _, cu = pack
+    T = q.shape[0]
+    k3 = torch.randn((T, 3, 128), device="cuda").to(torch.bfloat16)
+    _raises(lambda: flamia.attention(q, k3, k3, cu, 100), r"(?i)head|hq|hkv")
+
+
+def test_mismatched_head_dims(pack):
+    q, k, v, _, cu = pack
+    T = q.shape[0]
+    k64 = torch.randn((T, 2, 64), device="cuda").to(torch.bfloat16)
+    _raises(lambda: flamia.attention(q, k64, k64, cu, 100), r"(?i)\bk\b|head_dim|head dim")
+
+
+def test_wrong_rank(pack):
+    q, k, v, _, cu = pack
+    _raises(lambda: flamia.attention(q.unsqueeze(0), k, v, cu, 100), r"q must have 3 dims")
+
+
+def test_unknown_recipe(pack):
+    q, k, v, _, cu = pack
+    _raises(lambda: flamia.attention(q, k, v, cu, 100, recipe="fp4"), r"recipe")
+
+
+def test_varlen_restrictions(pack):
+    q, k, v, _, cu = pack
+    other = torch.tensor([0, 80, 164], dtype=torch.int32, device="cuda")
+    _raises(lambda: flamia.flash_attn_varlen_func(q, k, v, cu, other, 100, 100), r"cu_seqlens_q must equal cu_seqlens_k")
+    _raises(lambda: flamia.flash_attn_varlen_func(q, k, v, cu, cu, 100, 100, dropout_p=0.1), r"dropout_p")
+    _raises(lambda: flamia.flash_attn_varlen_func(q, k, v, cu, cu, 100, 100, window_size=(8, 0)), r"window_size")
+
+
+def test_backward_errors_carry_the_library_message(pack):
+    # An error in the backward (here: a float32 dout is not bf16) surfaces as FlamiaError too.
+    q, k, v, dout, cu = pack
+    q = q.detach().requires_grad_()
+    out = flamia.attention(q, k, v, cu, 100)
+    from flamia import ops
+
+    with pytest.raises(FlamiaError):
+        _, lse, qkv8 = torch.ops.flamia.fwd(q.detach(), k, v, cu, 100, True, 0.0, "fp8", True)
+        ops.backward(dout.float(), q.detach(), k, v, out.detach(), lse, qkv8, cu, 100)

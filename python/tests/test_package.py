@@ -1,0 +1,69 @@
+"""Tests that need neither torch nor a GPU: library discovery, error reporting, workloads."""
+
+import statistics
+
+import pytest
+
+import flamia
+from flamia import _lib
+from flamia.workloads import WORKLOADS, long_tailed_lengths
+
+
+def test_flamia_library_env_is_exclusive(monkeypatch, tmp_path):
+    fake = tmp_path / "libflamia.so"
+    monkeypatch.setenv("FLAMIA_LIBRARY", str(fake))
+    assert _lib.candidate_paths() == [fake]
+    assert _lib.library_path() is None  # not a file yet
+
+
+def test_missing_library_raises_flamia_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("FLAMIA_LIBRARY", str(tmp_path / "nope" / "libflamia.so"))
+    monkeypatch.setattr(_lib, "_lib", None)
+    with pytest.raises(flamia.FlamiaError, match="libflamia.so not found"):
+        _lib.get()
+    assert not flamia.gpu_available()
+
+
+def test_unloadable_library_raises_flamia_error(monkeypatch, tmp_path):
+    bad = tmp_path / "libflamia.so"
+    bad.write_bytes(b"not an ELF file")
+    monkeypatch.setenv("FLAMIA_LIBRARY", str(bad))
+    monkeypatch.setattr(_lib, "_lib", None)
+    with pytest.raises(flamia.FlamiaError, match="cannot load"):
+        _lib.get()
+
+
+def test_recipe_names():
+    assert _lib.recipe_id("fp8") == 0 and _lib.recipe_id("fp8_mixed") == 1
+    with pytest.raises(flamia.FlamiaError, match="recipe"):
+        _lib.recipe_id("fp16")
+
+
+def test_struct_layout_matches_header():
+    import ctypes
+
+    # sizeof/offsetof of flamia_tensor and flamia_attention_args on LP64 (checked against the C header).
+    assert ctypes.sizeof(_lib.Tensor) == 88
+    assert _lib.Tensor.device.offset == 80
+    assert ctypes.sizeof(_lib.AttentionArgs) == 376
+    assert _lib.AttentionArgs.stream.offset == 368
+
+
+def test_long_tailed_packs_are_reproducible_and_full():
+    a = long_tailed_lengths(32768, seed=7)
+    assert a == long_tailed_lengths(32768, seed=7)
+    assert sum(a) == 32768
+    assert all(n <= 16384 for n in a) and all(n >= 64 for n in a[:-1])
+    big = long_tailed_lengths(4_000_000, seed=1)
+    assert 700 <= statistics.median(big) <= 1100  # exp(6.8) ~ 900
+
+
+def test_workload_table():
+    assert set(WORKLOADS) == {"fixed-4k", "fixed-8k", "fixed-16k", "fixed-32k", "pack-32k", "pack-128k",
+                              "llama8b-pack", "llama1b-pack"}
+    for w in WORKLOADS.values():
+        assert sum(w.lengths) == w.total_tokens
+        assert w.cu_seqlens[-1] == w.total_tokens
+    w = WORKLOADS["fixed-4k"]
+    assert w.fwd_flops() == 4 * 128 * 16 * 8 * (4096 * 4097 // 2)
+    assert w.bwd_flops() == 2.5 * w.fwd_flops()
