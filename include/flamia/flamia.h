@@ -8,7 +8,17 @@
  * error.
  *
  * Every function returns a status; on failure flamia_last_error() gives a message naming
- * the offending argument and what was expected. The message is per thread. */
+ * the offending argument and what was expected. The message is per thread.
+ *
+ * Validation: shapes, dtypes, layouts, devices, alignment (16 bytes for device tensors and
+ * buffers) and buffer sizes are always checked. The values of a host cu_seqlens are always
+ * checked too; those of a device cu_seqlens only in checking mode, because reading them
+ * costs a stream synchronisation. Checking mode (environment variable FLAMIA_CHECK=1, read
+ * at each call) also verifies that device pointers belong to the declared device and
+ * reports NaN/Inf in q, k, v and dout as FLAMIA_ERROR_NONFINITE; it synchronises the stream
+ * and is meant for debugging. Without it NaN/Inf propagate to the affected outputs and no
+ * call synchronises the device. A rejected call writes nothing. T = 0 is a valid, empty
+ * call. Strides of size-1 dimensions are ignored. */
 #ifndef FLAMIA_FLAMIA_H
 #define FLAMIA_FLAMIA_H
 
@@ -73,7 +83,8 @@ typedef struct flamia_attention_args {
 /* Bytes of the quantized-operand buffer ("qkv8") that the forward fills and the backward
  * reads, so that q, k and v are quantized once per training step. for_backward = 0 sizes
  * a forward-only buffer (inference), 1 one that also holds the layouts the backward reads.
- * Returns 0 on invalid sizes. Device calls only; host calls need no buffer. */
+ * Returns 0 on invalid sizes (flamia_last_error() says why) and in a build without CUDA.
+ * Device calls only; host calls need no buffer. */
 size_t flamia_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv, int32_t head_dim,
                          flamia_recipe recipe, int32_t for_backward);
 
@@ -81,23 +92,29 @@ size_t flamia_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int
 size_t flamia_backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv,
                                        int32_t head_dim, flamia_recipe recipe);
 
-/* Quantize q, k, v into qkv8 (one fused pass). Lets a caller quantize once and reuse. */
+/* Quantize q, k, v into qkv8 (one fused pass). Lets a caller quantize once and reuse.
+ * With host tensors this only validates the arguments (host calls quantize internally). */
 flamia_status flamia_quantize_qkv(const flamia_attention_args* args, void* qkv8, size_t qkv8_bytes,
                                   int32_t for_backward);
 
 /* out [T, Hq, D] bf16; lse [Hq, T] fp32 (natural log). qkv8: see flamia_qkv8_bytes.
  * qkv8_filled != 0 means qkv8 already holds q, k, v quantized by flamia_quantize_qkv with
- * the same arguments, and the forward skips quantization. */
+ * the same arguments, and the forward skips quantization. qkv8_bytes must be at least
+ * flamia_qkv8_bytes(..., for_backward = 0); a buffer of at least the for_backward = 1 size
+ * also receives the layouts the backward reads. Host calls ignore qkv8 (may be NULL). */
 flamia_status flamia_forward(const flamia_attention_args* args, flamia_tensor out, flamia_tensor lse,
                              void* qkv8, size_t qkv8_bytes, int32_t qkv8_filled);
 
 /* dout, out [T, Hq, D] bf16; lse [Hq, T] fp32 from the forward; qkv8 as filled by the
- * forward with for_backward = 1. Writes dq [T, Hq, D], dk and dv [T, Hkv, D] (bf16). */
+ * forward with for_backward = 1. Writes dq [T, Hq, D], dk and dv [T, Hkv, D] (bf16).
+ * dout may be strided (last dim contiguous); out, lse, dq, dk, dv are dense. Host calls
+ * ignore qkv8 and workspace (may be NULL). */
 flamia_status flamia_backward(const flamia_attention_args* args, flamia_tensor dout, flamia_tensor out,
                               flamia_tensor lse, const void* qkv8, size_t qkv8_bytes, void* workspace,
                               size_t workspace_bytes, flamia_tensor dq, flamia_tensor dk, flamia_tensor dv);
 
-/* Message of the last failed call on this thread ("" if none). */
+/* Message of the last failed call on this thread ("" if none). A successful call leaves it
+ * unchanged. */
 const char* flamia_last_error(void);
 
 /* 1 if this build has GPU kernels and a supported (sm_90) device is present, else 0. */
