@@ -1137,6 +1137,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
            "timing": "CUDA events, median; L2 flushed before every timed call; flamia fwd includes quantization",
            "flops": "causal fwd = 4*D*Hq*sum L(L+1)/2; bwd = 2.5 x fwd; step = fwd + bwd",
            "accuracy": "relative L2 vs exact float64 attention on the sampled documents/heads",
+           "speedups": "flamia records: baseline time / flamia time; best_baseline = the fastest step among "
+                       "all baselines (BF16 and FP8), best_bf16 = the fastest BF16 one; fwd speedups use the "
+                       "fastest forward",
            "baselines_missing": missing, "workloads": workloads_meta,
            "records": [r.to_json() for r in records]}
     jpath = os.path.join(a.out, "bench.json")

@@ -1,6 +1,6 @@
 """Shared set-up for the Python tests.
 
-GPU test modules call helpers.require_gpu() at import, which skips the module cleanly when
+GPU test modules call flamia_testutil.require_gpu() at import, which skips the module cleanly when
 torch, CUDA or a GPU-capable libflamia.so is missing (this is the normal case on CI machines
 without a GPU). Set FLAMIA_REQUIRE_GPU=1 to turn those skips into failures on a GPU machine.
 """

@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers import require_gpu, make_pack, grads
+from flamia_testutil import require_gpu, make_pack, grads
 
 torch = require_gpu()
 

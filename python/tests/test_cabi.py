@@ -5,7 +5,7 @@ import ctypes
 
 import pytest
 
-from helpers import require_gpu, make_pack, grads, assert_same_or_within_spread
+from flamia_testutil import require_gpu, make_pack, grads, assert_same_or_within_spread
 
 torch = require_gpu()
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers import require_gpu, make_pack, assert_same_or_within_spread
+from flamia_testutil import require_gpu, make_pack, assert_same_or_within_spread
 
 torch = require_gpu()
 

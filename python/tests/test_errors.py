@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from helpers import require_gpu, make_pack
+from flamia_testutil import require_gpu, make_pack
 
 torch = require_gpu()
 
