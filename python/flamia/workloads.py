@@ -2,6 +2,8 @@
 
 Long-tailed packs follow the project's recipe: draw L = clamp(round(exp(N(6.8, 1.1^2))),
 64, 16384) with a fixed seed until the pack is full; the last document takes what is left.
+bench/workloads.h reproduces random.Random(seed).gauss in C++ so that the C++ benchmark
+builds the same packs: change the two together.
 """
 
 import math
