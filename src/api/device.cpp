@@ -198,6 +198,10 @@ Status device_backward(const Problem& p, const flamia_attention_args& a, const f
       sm90::backward_workspace_bytes(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe);
   FLAMIA_TRY(validate_buffer("workspace", "workspace_bytes", workspace, workspace_bytes, ws_need,
                              "flamia_backward_workspace_bytes"));
+  // sm90::backward reads out with dout's strides (sm90.h), and out is dense.
+  if (effective_stride(dout, 0) != int64_t(p.hq) * p.head_dim || effective_stride(dout, 1) != p.head_dim)
+    return Status::unsupported("dout: a strided dout is not supported on the device yet (the kernels read dout "
+                               "and out with the same strides and out is dense); pass a dense dout");
   DeviceGuard guard;
   FLAMIA_TRY(prepare(p, a, guard));
   if (checking_mode()) {

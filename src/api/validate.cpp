@@ -5,6 +5,9 @@
 #include <cstring>
 #include <limits>
 
+#include "flamia/flamia.hpp"
+#include "flamia/formats.h"
+
 namespace flamia {
 namespace api {
 namespace {
@@ -29,16 +32,6 @@ std::string ptr_str(const void* p) {
 std::string dtype_str(flamia_dtype d) {
   const char* n = dtype_name(d);
   return n ? n : "an unknown dtype (" + std::to_string(int(d)) + ")";
-}
-
-size_t dtype_size(flamia_dtype d) {
-  switch (d) {
-    case FLAMIA_DTYPE_BF16: return 2;
-    case FLAMIA_DTYPE_FP32: return 4;
-    case FLAMIA_DTYPE_INT32: return 4;
-    case FLAMIA_DTYPE_UINT8: return 1;
-  }
-  return 1;
 }
 
 bool valid_recipe(flamia_recipe r) { return r == FLAMIA_RECIPE_FP8 || r == FLAMIA_RECIPE_FP8_MIXED; }
@@ -142,23 +135,23 @@ Status check_strides(const Spec& s, const flamia_tensor& t) {
   if (t.device != FLAMIA_DEVICE_HOST) {
     // The kernels load rows with TMA, whose strides must be multiples of 16 bytes.
     for (int i = 0; i + 1 < s.ndim; ++i)
-      if ((uint64_t(eff[i]) * dtype_size(s.dtype)) % kDeviceAlignment != 0)
+      if ((uint64_t(eff[i]) * flamia::dtype_size(s.dtype)) % kDeviceAlignment != 0)
         return Status::invalid(name + ": strides must be multiples of 16 bytes on the device, got strides " +
                                list_str(t.strides, t.ndim) + " (elements of " +
-                               std::to_string(dtype_size(s.dtype)) + " bytes)");
+                               std::to_string(flamia::dtype_size(s.dtype)) + " bytes)");
   }
   return Status::success();
 }
 
 Status check_data(const Spec& s, const flamia_tensor& t) {
   const std::string name = s.name;
-  const int64_t n = numel(t);
+  const int64_t n = flamia::numel(t);
   if (n == 0) return Status::success();
   if (!t.data)
     return Status::invalid(name + ": data pointer is null but the tensor has " + std::to_string(n) +
                            " elements");
   const uintptr_t align = t.device == FLAMIA_DEVICE_HOST || s.dtype == FLAMIA_DTYPE_INT32
-                              ? dtype_size(s.dtype)
+                              ? flamia::dtype_size(s.dtype)
                               : kDeviceAlignment;
   if (reinterpret_cast<uintptr_t>(t.data) % align != 0)
     return Status::invalid(name + ": data pointer " + ptr_str(t.data) + " is not " + std::to_string(align) +
@@ -251,12 +244,6 @@ int64_t effective_stride(const flamia_tensor& t, int dim) {
   int64_t dense = 1;
   for (int i = dim + 1; i < t.ndim; ++i) dense *= t.shape[i];
   return dense;
-}
-
-int64_t numel(const flamia_tensor& t) {
-  int64_t n = 1;
-  for (int i = 0; i < t.ndim && i < FLAMIA_MAX_DIMS; ++i) n *= t.shape[i];
-  return n;
 }
 
 Status validate_args(const flamia_attention_args* args, Problem* p) {
@@ -365,7 +352,7 @@ Status check_finite_rows(const char* name, const uint16_t* x, int64_t tokens, in
     for (int h = 0; h < heads; ++h) {
       const uint16_t* row = x + (t * heads + h) * dim;
       for (int d = 0; d < dim; ++d)
-        if ((row[d] & 0x7f80u) == 0x7f80u)  // all-ones exponent: Inf or NaN
+        if (!fmt::is_finite_f32(fmt::bf16_bits_to_f32(row[d])))
           return Status::nonfinite(std::string(name) + ": NaN or Inf at token " + std::to_string(t) +
                                    ", head " + std::to_string(h) + ", index " + std::to_string(d) +
                                    " (checking mode, FLAMIA_CHECK=1)");

@@ -76,8 +76,5 @@ Status check_finite_rows(const char* name, const uint16_t* x, int64_t tokens, in
 // dense stride so that descriptors built from it stay valid.
 int64_t effective_stride(const flamia_tensor& t, int dim);
 
-// Number of elements (shapes are validated not to overflow).
-int64_t numel(const flamia_tensor& t);
-
 }  // namespace api
 }  // namespace flamia
