@@ -109,7 +109,7 @@ TEST_P(CausalSafety, PastIsBitIdentical) {
 
 TEST(CausalSafetySmall, PastIsBitIdentical) {
   const Case c = make({40, 130, 9}, Param{FLAMIA_RECIPE_FP8, 128, 2}, true);
-  run_causal_safety(c, {0, 63, 64, 100});
+  run_causal_safety(c, {0, 64, 100});
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, CausalSafety,
