@@ -1,0 +1,133 @@
+// Byte layout of the quantized-operand buffer ("qkv8") and of the backward workspace.
+//
+// Natural FP8 copies keep the input layout [T, H, D] (dense). Transposed copies are
+// [H][D][Tpad]: token-contiguous, because mma/wgmma FP8 needs both operands contiguous along
+// the reduction and P·V, Pᵀ·dO, dSᵀ·Q, dS·K reduce over tokens. In them every document is
+// padded to a multiple of 16 tokens and starts at padded position
+//     pstart(b) = roundup16(cu[b]) + 16 b            (closed form, non-overlapping),
+// so each document starts 16-byte aligned; Tpad = roundup16(T) + 16 B. Inside each group
+// of 16 tokens the bytes are in "fragment order": position p = 4 qd + bb holds token
+// 8 (bb >> 1) + 2 qd + (bb & 1) of the group, so that the FP32 accumulator registers of
+// P or dS pack straight into an mma A fragment (see src/sm90/fragments.cuh). Padding is
+// zero. Per-token scales are FP32 powers of two stored [H][T] (a tile's 64 scales are one
+// contiguous 256-byte read). A non-finite row has a NaN scale and zero codes (quantize.cu).
+//
+// Regions read by the forward come first and do not depend on for_backward or the recipe,
+// so a buffer filled for the backward also serves the forward.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "flamia/flamia.h"
+#include "flamia/formats.h"
+#include "sm90/sm90.h"
+
+namespace flamia {
+namespace quant {
+
+constexpr int kTokenGroup = 16;   // padding granule of the transposed copies
+constexpr size_t kRegionAlign = 256;
+
+FLAMIA_HD int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+FLAMIA_HD int64_t padded_tokens(int64_t total_tokens, int64_t num_docs) {
+  return round_up(total_tokens, kTokenGroup) + kTokenGroup * num_docs;
+}
+
+FLAMIA_HD int64_t padded_doc_start(int64_t doc_first_token, int64_t doc) {
+  return round_up(doc_first_token, kTokenGroup) + kTokenGroup * doc;
+}
+
+// Token (0..15) stored at fragment-order position p (0..15) of a 16-token group.
+FLAMIA_HD int fragment_order_token(int p) { return 8 * ((p & 3) >> 1) + 2 * (p >> 2) + (p & 1); }
+
+// Work-list capacity: a document of L tokens has ceil(L/64) tiles, so the pack has at
+// most ceil(T/64) + B of them. Same tile size for every kernel (they must be equal).
+static_assert(sm90::kFwdBlockN == sm90::kBwdBlockM && sm90::kBwdBlockM == sm90::kBwdBlockN,
+              "the work list assumes one tile size");
+constexpr int kTile = sm90::kFwdBlockN;
+FLAMIA_HD int64_t max_tiles_per_doc(int64_t total_tokens) { return (total_tokens + kTile - 1) / kTile; }
+
+class Builder {
+ public:
+  size_t add(size_t bytes) {
+    const size_t at = size_;
+    size_ = (size_ + bytes + kRegionAlign - 1) / kRegionAlign * kRegionAlign;
+    return at;
+  }
+  size_t size() const { return size_; }
+
+ private:
+  size_t size_ = 0;
+};
+
+struct Qkv8Layout {
+  int64_t tpad = 0;
+  int64_t sched_capacity = 0;  // work-list entries
+  int64_t nt_cap = 0;          // bound on tiles per document
+  // Forward regions.
+  size_t q8 = 0, k8 = 0, vt8 = 0;           // [T,Hq,D], [T,Hkv,D], [Hkv][D][Tpad]
+  size_t sq = 0, sk = 0, sv = 0;            // fp32 [H][T]
+  size_t sched_count = 0;                   // int: number of work items
+  size_t sched_items = 0;                   // int2 [sched_capacity]: (document, tile)
+  size_t sched_scratch = 0;                 // int [3 (nt_cap + 1)]: counting-sort scratch
+  // Backward-only regions (0 when absent).
+  size_t v8 = 0;                            // [T,Hkv,D]
+  size_t qt8 = 0, kt8 = 0;                  // fp8 recipe: [Hq][D][Tpad], [Hkv][D][Tpad]
+  size_t bytes = 0;
+
+  static Qkv8Layout make(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
+                         flamia_recipe recipe, bool for_backward) {
+    Qkv8Layout l;
+    const size_t T = size_t(total_tokens), D = size_t(head_dim);
+    l.tpad = padded_tokens(total_tokens, num_docs);
+    l.nt_cap = max_tiles_per_doc(total_tokens);
+    l.sched_capacity = l.nt_cap + num_docs;
+    Builder b;
+    l.q8 = b.add(T * hq * D);
+    l.k8 = b.add(T * hkv * D);
+    l.vt8 = b.add(size_t(hkv) * D * size_t(l.tpad));
+    l.sq = b.add(T * hq * sizeof(float));
+    l.sk = b.add(T * hkv * sizeof(float));
+    l.sv = b.add(T * hkv * sizeof(float));
+    l.sched_count = b.add(sizeof(int));
+    l.sched_items = b.add(size_t(l.sched_capacity) * 2 * sizeof(int));
+    l.sched_scratch = b.add(size_t(3 * (l.nt_cap + 1)) * sizeof(int));
+    if (for_backward) {
+      l.v8 = b.add(T * hkv * D);
+      if (recipe == FLAMIA_RECIPE_FP8) {
+        l.qt8 = b.add(size_t(hq) * D * size_t(l.tpad));
+        l.kt8 = b.add(size_t(hkv) * D * size_t(l.tpad));
+      }
+    }
+    l.bytes = b.size();
+    return l;
+  }
+};
+
+// Backward workspace: quantized dO in both layouts, its scales, and D = rowsum(dO * O).
+struct BwdWorkspaceLayout {
+  int64_t tpad = 0;
+  size_t do8 = 0;   // [T,Hq,D]
+  size_t dot8 = 0;  // [Hq][D][Tpad]
+  size_t sdo = 0;   // fp32 [Hq][T]
+  size_t dvec = 0;  // fp32 [Hq][T]
+  size_t bytes = 0;
+
+  static BwdWorkspaceLayout make(int64_t total_tokens, int64_t num_docs, int hq, int head_dim) {
+    BwdWorkspaceLayout l;
+    const size_t T = size_t(total_tokens), D = size_t(head_dim);
+    l.tpad = padded_tokens(total_tokens, num_docs);
+    Builder b;
+    l.do8 = b.add(T * hq * D);
+    l.dot8 = b.add(size_t(hq) * D * size_t(l.tpad));
+    l.sdo = b.add(T * hq * sizeof(float));
+    l.dvec = b.add(T * hq * sizeof(float));
+    l.bytes = b.size();
+    return l;
+  }
+};
+
+}  // namespace quant
+}  // namespace flamia

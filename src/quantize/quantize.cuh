@@ -1,0 +1,29 @@
+// Internal entry points of the fused per-token quantizer (quantize.cu). sm90::quantize_qkv
+// (declared in sm90/sm90.h) quantizes q, k, v; the backward quantizes dO here.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "quantize/layout.cuh"
+#include "sm90/sm90.h"
+
+namespace flamia {
+namespace quant {
+
+// dO -> natural and transposed FP8 copies and scales, plus D = rowsum(float(dO) * float(O))
+// (FP32), into the backward workspace. out uses dout's token/head strides.
+cudaError_t quantize_dout(const sm90::Params& p, const void* dout, int64_t stride_t,
+                          int64_t stride_h, const void* out, uint8_t* workspace,
+                          const BwdWorkspaceLayout& layout);
+
+// True when rows of a bf16 [T, H, D] view start 16-byte aligned (the quantizer and the
+// fp8_mixed backward read them with 16-byte loads).
+inline bool rows_16b_aligned(const void* base, int64_t stride_t, int64_t stride_h) {
+  return (reinterpret_cast<uintptr_t>(base) % 16 == 0) && (stride_t * 2) % 16 == 0 &&
+         (stride_h * 2) % 16 == 0;
+}
+
+}  // namespace quant
+}  // namespace flamia

@@ -1,0 +1,225 @@
+// Forward mainloop (ALGORITHM.md §2) on mma.sync FP8.
+//
+// CTA = (64-query tile of one document, query head), 4 warps x 16 query rows; the CTA order
+// comes from the longest-first work list (schedule.cuh). The Q tile stays in shared memory
+// and its fragments are re-read per key tile: on sm_90 every FP8 mma.sync operand is
+// unpacked to f16 in registers, and Q fragments held across the loop pushed the D = 128
+// kernel past 255 registers into spills.
+// Key tiles of 64 are visited in increasing order (the online softmax's rounding depends on
+// it): K [64][D] and Vᵀ [D][64] tiles plus sk/sv arrive by cp.async, double-buffered.
+// Per tile: S = Q Kᵀ (FP32) * sq * sk, masks, online softmax, fold sv into p, per-row
+// sigma, p8 = q8(p * sv, sigma), and O = O * alpha + sigma * (p8 · Vᵀ tile).
+#include <cmath>
+
+#include "sm90/fragments.cuh"
+#include "sm90/masks.cuh"
+#include "sm90/schedule.cuh"
+#include "sm90/sm90.h"
+#include "sm90/softmax.cuh"
+#include "sm90/tile_io.cuh"
+
+namespace flamia {
+namespace sm90 {
+namespace {
+
+struct FwdArgs {
+  const uint8_t* q8;   // [T, Hq, D]
+  const uint8_t* k8;   // [T, Hkv, D]
+  const uint8_t* vt8;  // [Hkv][D][Tpad]
+  const float* sq;     // [Hq][T]
+  const float* sk;     // [Hkv][T]
+  const float* sv;     // [Hkv][T]
+  const int32_t* cu_seqlens;
+  WorkList work;
+  uint16_t* out;       // bf16 [T, Hq, D]
+  float* lse;          // [Hq][T]
+  int64_t total_tokens, tpad;
+  int hq, hkv;
+  bool causal;
+  float c;             // softmax_scale * log2(e)
+};
+
+template <int D>
+struct FwdSmem {
+  static constexpr int kQ = 0;
+  // One pipeline stage: K tile, Vᵀ tile, sk, sv.
+  static constexpr int kK = 0;
+  static constexpr int kVt = kK + Fp8RowTile<D>::kBytes;
+  static constexpr int kSk = kVt + Fp8ColTile<D>::kBytes;
+  static constexpr int kSv = kSk + kScalarTileBytes;
+  static constexpr int kStageBytes = kSv + kScalarTileBytes;
+  static constexpr int kStage0 = kQ + Fp8RowTile<D>::kBytes;
+  static constexpr int kBytes = kStage0 + 2 * kStageBytes;
+  static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
+};
+
+// One key tile for a warp's 16 query rows.
+template <int D, bool kMask>
+__device__ __forceinline__ void forward_key_tile(uint32_t qtile, uint32_t stage,
+                                                 const uint8_t* stage_ptr, const float (&sq_row)[2],
+                                                 const DocMask& mask, int i0, int n0, float c,
+                                                 OnlineSoftmax& softmax, float (&acc)[D / 8][4]) {
+  using S = FwdSmem<D>;
+  const float* sk = reinterpret_cast<const float*>(stage_ptr + S::kSk);
+  const float* sv = reinterpret_cast<const float*>(stage_ptr + S::kSv);
+  const int q = lane_id() & 3;
+
+  TileAcc s;
+  mma_rows<D>(s, qtile, 16 * warp_id(), stage + S::kK);
+  // Scores in FP32: (sum * sq[i]) * sk[j]; masked entries -inf.
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float2 skj = *reinterpret_cast<const float2*>(sk + 8 * n + 2 * q);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = __fmul_rn(__fmul_rn(s[n][e], sq_row[e >> 1]), (e & 1) ? skj.y : skj.x);
+      if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) s[n][e] = -INFINITY;
+    }
+  }
+  float alpha[2];
+  softmax.step(s, c, alpha);
+  // Fold V's per-token scale into p (V is summed over keys); masked entries stay exactly 0
+  // whatever the masked token's scale is.
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float2 svj = *reinterpret_cast<const float2*>(sv + 8 * n + 2 * q);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool hidden = kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1));
+      s[n][e] = hidden ? 0.0f : __fmul_rn(s[n][e], (e & 1) ? svj.y : svj.x);
+    }
+  }
+  float sigma[2], inv_sigma[2];
+  row_pow2_scales(s, sigma);
+  inv_sigma[0] = __frcp_rn(sigma[0]);
+  inv_sigma[1] = __frcp_rn(sigma[1]);
+  uint32_t p8[2][4];
+  pack_fp8_a(s, inv_sigma, p8);
+  accumulate_fp8_k64<D>(acc, p8, stage + S::kVt, sigma, alpha);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant__ FwdArgs a) {
+  using S = FwdSmem<D>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
+  if (slot >= *a.work.count) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work.items[slot]);
+  const int hk = h / (a.hq / a.hkv);
+  const int g = lane_id() >> 2, q = lane_id() & 3;
+  const int m0 = dt.tile * kTileTokens;
+  const int num_key_tiles = a.causal ? dt.tile + 1 : dt.num_tiles;
+  const DocMask mask{dt.len, a.causal};
+  const uint32_t base = ptx::smem_addr(smem);
+
+  const int64_t q_row = int64_t(a.hq) * D, kv_row = int64_t(a.hkv) * D;
+  const uint8_t* k_src = a.k8 + dt.tok0 * kv_row + hk * D;
+  const uint8_t* vt_src = a.vt8 + int64_t(hk) * D * a.tpad + dt.pstart;
+  const float* sk_src = a.sk + hk * a.total_tokens + dt.tok0;
+  const float* sv_src = a.sv + hk * a.total_tokens + dt.tok0;
+  auto load_key_tile = [&](int n) {
+    const int n0 = n * kTileTokens, valid = min(kTileTokens, dt.len - n0);
+    const uint32_t st = base + S::stage(n & 1);
+    load_fp8_rows<D>(st + S::kK, k_src + n0 * kv_row, kv_row, valid);
+    load_fp8_cols<D>(st + S::kVt, vt_src + n0, a.tpad, valid);
+    if (threadIdx.x < kTileTokens) load_scalar(st + S::kSk, sk_src + n0, valid, threadIdx.x);
+    else load_scalar(st + S::kSv, sv_src + n0, valid, threadIdx.x - kTileTokens);
+  };
+
+  load_fp8_rows<D>(base + S::kQ, a.q8 + (dt.tok0 + m0) * q_row + h * D, q_row, min(kTileTokens, dt.len - m0));
+  ptx::cp_async_commit();
+  load_key_tile(0);
+  ptx::cp_async_commit();
+
+  const int i0 = m0 + 16 * warp_id() + g;  // this lane's rows: i0 and i0 + 8
+  float sq_row[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + 8 * r;
+    sq_row[r] = i < dt.len ? a.sq[h * a.total_tokens + dt.tok0 + i] : 0.0f;
+  }
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+  OnlineSoftmax softmax;
+
+  for (int n = 0; n < num_key_tiles; ++n) {
+    if (n + 1 < num_key_tiles) load_key_tile(n + 1);
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<1>();  // Q and key tile n landed (this thread's copies)
+    const int n0 = n * kTileTokens;
+    clear_cols_tail<D>(smem + S::stage(n & 1) + S::kVt, dt.len - n0);
+    __syncthreads();
+    const uint32_t st = base + S::stage(n & 1);
+    const uint8_t* st_ptr = smem + S::stage(n & 1);
+    if (mask_needed_for_query_rows(mask, dt.tile, n, kTileTokens))
+      forward_key_tile<D, true>(base + S::kQ, st, st_ptr, sq_row, mask, i0, n0, a.c, softmax, acc);
+    else
+      forward_key_tile<D, false>(base + S::kQ, st, st_ptr, sq_row, mask, i0, n0, a.c, softmax, acc);
+    __syncthreads();  // the stage is refilled by the next iteration's prefetch
+  }
+
+  // Epilogue: O = acc / l -> bf16, LSE = (mc + log2 l) * ln 2.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + 8 * r;
+    if (i >= dt.len) continue;
+    const int64_t tok = dt.tok0 + i;
+    uint16_t* o = a.out + (tok * a.hq + h) * D + 2 * q;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<uint32_t*>(o + 8 * n) =
+          ptx::pack_bf16x2(__fdiv_rn(acc[n][2 * r], softmax.l[r]), __fdiv_rn(acc[n][2 * r + 1], softmax.l[r]));
+    if (q == 0)
+      a.lse[h * a.total_tokens + tok] =
+          __fmul_rn(__fadd_rn(softmax.mc[r], log2f(softmax.l[r])), 0.693147180559945309f);
+  }
+}
+
+template <int D>
+cudaError_t launch_forward(const FwdArgs& a, int64_t slots, cudaStream_t stream) {
+  constexpr int kSmem = FwdSmem<D>::kBytes;
+  if (kSmem > 48 * 1024) {
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (attr != cudaSuccess) return attr;
+  }
+  forward_kernel<D><<<unsigned(slots * a.hq), kThreads, kSmem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse) {
+  if (p.total_tokens == 0) return cudaSuccess;
+  // The forward regions of qkv8 do not depend on for_backward or the recipe (layout.cuh).
+  const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
+                                              p.recipe, false);
+  const uint8_t* base = static_cast<const uint8_t*>(qkv8);
+  FwdArgs a;
+  a.q8 = base + layout.q8;
+  a.k8 = base + layout.k8;
+  a.vt8 = base + layout.vt8;
+  a.sq = reinterpret_cast<const float*>(base + layout.sq);
+  a.sk = reinterpret_cast<const float*>(base + layout.sk);
+  a.sv = reinterpret_cast<const float*>(base + layout.sv);
+  a.cu_seqlens = p.cu_seqlens;
+  a.work = work_list(base, layout);
+  a.out = static_cast<uint16_t*>(out);
+  a.lse = lse;
+  a.total_tokens = p.total_tokens;
+  a.tpad = layout.tpad;
+  a.hq = p.hq;
+  a.hkv = p.hkv;
+  a.causal = p.causal;
+  a.c = p.softmax_scale * 1.4426950408889634f;
+  if (p.head_dim == 64) return launch_forward<64>(a, layout.sched_capacity, p.stream);
+  if (p.head_dim == 128) return launch_forward<128>(a, layout.sched_capacity, p.stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace sm90
+}  // namespace flamia

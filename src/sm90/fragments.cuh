@@ -1,0 +1,188 @@
+// Warp-level matmul pieces on mma.sync fragments (one warp = 16 rows of a 64-row tile).
+//
+// Lane l has g = l / 4 and q = l % 4. A warp's 16 x 64 FP32 tile ("TileAcc") is 8 n8-tiles;
+// element [n][e] sits at row g + 8 (e >> 1), column 8 n + 2 q + (e & 1).
+//
+// Why no shuffles are needed to turn such a tile (P, Pᵀ, dS, dSᵀ) into an FP8 A operand:
+// the m16n8k32 A fragment gives lane (g, q) the reduction indices 4q..4q+3 of each 16-wide
+// half of the k32 step, and the transposed B operands store each 16-token group in
+// fragment order (position 4qd + bb = token 8 (bb >> 1) + 2 qd + (bb & 1), layout.cuh). The
+// tokens at positions 4q..4q+3 are 2q, 2q+1, 8+2q, 9+2q: exactly the columns this lane holds
+// in n8-tiles 2t and 2t+1 of the accumulator.
+#pragma once
+
+#include <cstdint>
+
+#include "flamia/formats.h"
+#include "sm90/ptx.cuh"
+#include "sm90/tile_io.cuh"
+
+namespace flamia {
+namespace sm90 {
+
+using TileAcc = float[8][4];
+
+__device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
+__device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }
+
+// ---- reductions over the 4 lanes that share a row --------------------------------------
+__device__ __forceinline__ float quad_max_nan(float x) {
+  x = ptx::max_nan(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return ptx::max_nan(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ uint32_t quad_max_u32(uint32_t x) {
+  x = max(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return max(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// scale[r] = pow2_scale(max |x| over row r of the tile) — the per-row scale of an operand
+// computed in registers (sigma, tau, rho in ALGORITHM.md). The maximum is taken on the bit
+// patterns of |x|, which order like the values and let NaN win.
+__device__ __forceinline__ void row_pow2_scales(const TileAcc& x, float (&scale)[2]) {
+  uint32_t m[2] = {0u, 0u};
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) m[e >> 1] = max(m[e >> 1], __float_as_uint(x[n][e]) & 0x7fffffffu);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) scale[r] = fmt::pow2_scale(__uint_as_float(quad_max_u32(m[r])));
+}
+
+// ---- fragment loads (ldmatrix) ---------------------------------------------------------
+// A operand, 16 rows from row0 of a K-major FP8 tile, k32 step ks.
+template <int kStride>
+__device__ __forceinline__ void load_a_fp8(uint32_t tile, int row0, int ks, uint32_t (&a)[4]) {
+  const int l = lane_id();
+  const int row = row0 + (l & 7) + 8 * ((l >> 3) & 1);
+  ptx::ldmatrix_x4(tile + row * kStride + 32 * ks + 16 * (l >> 4), a);
+}
+
+// B operand of n8-tiles 2p and 2p+1 (tile rows 16p..16p+15), k32 step ks:
+// b[0], b[1] for n8-tile 2p; b[2], b[3] for 2p+1.
+template <int kStride>
+__device__ __forceinline__ void load_b_fp8_pair(uint32_t tile, int p, int ks, uint32_t (&b)[4]) {
+  const int l = lane_id();
+  const int row = 16 * p + (l & 7) + 8 * (l >> 4);
+  ptx::ldmatrix_x4(tile + row * kStride + 32 * ks + 16 * ((l >> 3) & 1), b);
+}
+
+// B operand of n8-tile n of a transposed tile (rows 8n..8n+7), both k32 steps of its 64
+// positions: b[0], b[1] for positions 0..31; b[2], b[3] for 32..63.
+template <int kStride>
+__device__ __forceinline__ void load_b_fp8_k64(uint32_t tile, int n, uint32_t (&b)[4]) {
+  const int l = lane_id();
+  ptx::ldmatrix_x4(tile + (8 * n + (l & 7)) * kStride + 16 * (l >> 3), b);
+}
+
+// B operand of bf16 m16n8k16 for a [tokens][D] bf16 tile reduced over tokens: k16 step s,
+// n8-tiles 2p and 2p+1 of D (transposed load): b[0], b[1] for 2p; b[2], b[3] for 2p+1.
+template <int kStride>
+__device__ __forceinline__ void load_b_bf16_trans(uint32_t tile, int s, int p, uint32_t (&b)[4]) {
+  const int l = lane_id();
+  const int row = 16 * s + (l & 7) + 8 * ((l >> 3) & 1);
+  ptx::ldmatrix_x4_trans(tile + row * kStride + 2 * (16 * p + 8 * (l >> 4)), b);
+}
+
+// ---- accumulator -> A operand ----------------------------------------------------------
+// FP8 A fragments of the two k32 steps of a 16 x 64 tile: q8(x, scale[row]) with
+// inv_scale = 1 / scale (exact for powers of two).
+__device__ __forceinline__ void pack_fp8_a(const TileAcc& x, const float (&inv_scale)[2],
+                                           uint32_t (&a)[2][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)      // 16-token group 2kk + h
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {  // row g + 8r
+        const int n = 4 * kk + 2 * h;
+        const float s = inv_scale[r];
+        a[kk][2 * h + r] = ptx::pack_e4m3x4(__fmul_rn(x[n][2 * r], s), __fmul_rn(x[n][2 * r + 1], s),
+                                            __fmul_rn(x[n + 1][2 * r], s), __fmul_rn(x[n + 1][2 * r + 1], s));
+      }
+}
+
+// BF16 A fragments of the four k16 steps of a 16 x 64 tile (accumulator order = k order).
+__device__ __forceinline__ void pack_bf16_a(const TileAcc& x, uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        a[s][2 * h + r] = ptx::pack_bf16x2(x[2 * s + h][2 * r], x[2 * s + h][2 * r + 1]);
+}
+
+// ---- matmuls -----------------------------------------------------------------------------
+// s = A · Bᵀ reduced over D: A = 16 rows (row0..row0+15) and B = 64 rows of natural FP8
+// tiles in shared memory — the score-like products S = Q Kᵀ, dP = dO Vᵀ (and Sᵀ, dPᵀ).
+// A is read one k32 step at a time: fragments kept in registers across a loop cost twice
+// their size once the sm_90 emulation unpacks them to f16.
+template <int D>
+__device__ __forceinline__ void mma_rows(TileAcc& s, uint32_t a_tile, int row0, uint32_t b_tile) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < D / 32; ++ks) {
+    uint32_t a[4];
+    load_a_fp8<Fp8RowTile<D>::kStride>(a_tile, row0, ks, a);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      uint32_t b[4];
+      load_b_fp8_pair<Fp8RowTile<D>::kStride>(b_tile, p, ks, b);
+      ptx::mma_e4m3_16x8x32(s[2 * p], a, b[0], b[1]);
+      ptx::mma_e4m3_16x8x32(s[2 * p + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc = acc * alpha[row] + scale[row] * (A · B) for every n8-tile of D, where A holds FP8
+// fragments over 64 tokens and B is a transposed FP8 tile. Each tile product is formed in a
+// fresh FP32 accumulator first (ALGORITHM.md: long reductions do not rely on the tensor
+// core's internal accumulation); scale is a power of two, so scale * product is exact.
+template <int D>
+__device__ __forceinline__ void accumulate_fp8_k64(float (&acc)[D / 8][4], const uint32_t (&a)[2][4],
+                                                   uint32_t bt_tile, const float (&scale)[2],
+                                                   const float (&alpha)[2]) {
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    uint32_t b[4];
+    load_b_fp8_k64<Fp8ColTile<D>::kStride>(bt_tile, n, b);
+    float fresh[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    ptx::mma_e4m3_16x8x32(fresh, a[0], b[0], b[1]);
+    ptx::mma_e4m3_16x8x32(fresh, a[1], b[2], b[3]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[n][e] = __fadd_rn(__fmul_rn(acc[n][e], alpha[e >> 1]), __fmul_rn(scale[e >> 1], fresh[e]));
+  }
+}
+
+// acc += A · B for every n8-tile of D, A = BF16 fragments over 64 tokens, B = a natural
+// [tokens][D] BF16 tile (fp8_mixed: dK += bf16(dSᵀ) Q, dQ += bf16(dS) K), tile product first.
+template <int D>
+__device__ __forceinline__ void accumulate_bf16_k64(float (&acc)[D / 8][4], const uint32_t (&a)[4][4],
+                                                    uint32_t b_tile) {
+#pragma unroll
+  for (int p = 0; p < D / 16; ++p) {
+    float fresh[2][4] = {};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t b[4];
+      load_b_bf16_trans<Bf16RowTile<D>::kStride>(b_tile, s, p, b);
+      ptx::mma_bf16_16x8x16(fresh[0], a[s], b[0], b[1]);
+      ptx::mma_bf16_16x8x16(fresh[1], a[s], b[2], b[3]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[2 * p + h][e] = __fadd_rn(acc[2 * p + h][e], fresh[h][e]);
+  }
+}
+
+}  // namespace sm90
+}  // namespace flamia

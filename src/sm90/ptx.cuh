@@ -1,0 +1,123 @@
+// Small, named inline-PTX wrappers used by the sm_90a kernels. Each wrapper is one
+// instruction (or a fixed pair) so that the kernels read as the algorithm and the PTX
+// stays visible. Fragment layouts: ../shared/HOPPER-FP8-NOTES.md §8 and the PTX ISA
+// "Matrix Fragments for mma.m16n8k32 / m16n8k16".
+#pragma once
+
+#include <cstdint>
+
+namespace flamia {
+namespace sm90 {
+namespace ptx {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- asynchronous global -> shared copies (cp.async, sm_80+) ---------------------------
+// A source size of 0 writes zeros and reads nothing: this is how rows outside the current
+// document are zero-filled. src must still be a valid address, so callers pass an
+// in-bounds pointer for skipped chunks.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- ldmatrix --------------------------------------------------------------------------
+// Four 8x8 b16 matrices (8 rows of 16 bytes each); lane l supplies the row address of
+// matrix l/8, row l%8, and receives in r[i] bytes 4(l%4)..4(l%4)+3 of row l/4 of matrix i.
+// For 8-bit data stored K-major this is exactly an mma.m16n8k32 A or B fragment.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// Transposing variant: lane l receives b16 elements (2(l%4), l/4) and (2(l%4)+1, l/4) of
+// each matrix — the m16n8k16 B fragment when B is stored with K along the rows.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// ---- tensor-core MMA (warp-wide) -------------------------------------------------------
+// D = A(16x32 e4m3, row) * B(32x8 e4m3, col) + D, FP32 accumulate. On sm_90 this
+// instruction is emulated (no native Ada-style FP8 mma.sync); see src/sm90/README.md.
+__device__ __forceinline__ void mma_e4m3_16x8x32(float (&d)[4], const uint32_t (&a)[4],
+                                                 uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// D = A(16x16 bf16, row) * B(16x8 bf16, col) + D, FP32 accumulate.
+__device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const uint32_t (&a)[4],
+                                                 uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---- conversions -----------------------------------------------------------------------
+// Four floats -> four E4M3 bytes (round to nearest even, saturate to +-448, NaN stays NaN);
+// byte i of the result is x_i. cvt puts its first source in the upper byte, hence the order.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
+  uint32_t r;
+  asm("{\n"
+      ".reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n"
+      "}\n"
+      : "=r"(r)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
+}
+
+// Two floats -> two BF16 (round to nearest even); lo in the low half.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %2, %1;\n" : "=r"(r) : "f"(lo), "f"(hi));
+  return r;
+}
+
+// max that propagates NaN (fmaxf drops it, which would launder a NaN score into a finite
+// softmax maximum); the specification uses the same rule.
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float y;
+  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+
+// 2^x on the special-function unit (the accuracy ALGORITHM.md permits for exp2).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace ptx
+}  // namespace sm90
+}  // namespace flamia

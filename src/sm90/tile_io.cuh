@@ -1,0 +1,119 @@
+// Shared-memory operand tiles and their cp.async loaders (128 threads per CTA).
+//
+// Every tile covers 64 tokens of one document and one head. Rows are padded by 16 bytes:
+// the eight 16-byte rows one ldmatrix phase reads then start in distinct 4-bank groups
+// (row strides of 80, 144 and 272 bytes are 4 banks apart modulo 32). Tokens outside the
+// document are zero in shared memory — cp.async zero-fill for whole rows / 16-token groups,
+// and an explicit clear of the partial last group of a transposed tile — so that a NaN of a
+// neighbouring document can never enter this one through 0 * NaN in an MMA.
+#pragma once
+
+#include <cstdint>
+
+#include "quantize/layout.cuh"
+#include "sm90/ptx.cuh"
+
+namespace flamia {
+namespace sm90 {
+
+constexpr int kThreads = 128;  // 4 warps x 16 rows of a 64-row tile
+constexpr int kTileTokens = 64;
+constexpr int kRowPad = 16;
+
+// [64 tokens][D] FP8, D contiguous (natural layout; operand of the D-reducing matmuls).
+template <int D>
+struct Fp8RowTile {
+  static constexpr int kStride = D + kRowPad;
+  static constexpr int kBytes = kTileTokens * kStride;
+};
+// [D][64 token positions] FP8, tokens contiguous in fragment order (transposed copies).
+template <int D>
+struct Fp8ColTile {
+  static constexpr int kStride = kTileTokens + kRowPad;
+  static constexpr int kBytes = D * kStride;
+};
+// [64 tokens][D] BF16 (fp8_mixed backward: the bf16 operand of dSᵀ·Q and dS·K).
+template <int D>
+struct Bf16RowTile {
+  static constexpr int kStride = 2 * D + kRowPad;
+  static constexpr int kBytes = kTileTokens * kStride;
+};
+// 64 per-token FP32 values (scales, LSE, D).
+constexpr int kScalarTileBytes = kTileTokens * 4;
+
+// Rows [0, valid) from src (row r at src + r * row_stride bytes); rows >= valid are zeros.
+// valid >= 1 (a tile is only loaded when it holds a token of the document).
+template <int D>
+__device__ __forceinline__ void load_fp8_rows(uint32_t dst, const uint8_t* src, int64_t row_stride,
+                                              int valid) {
+  constexpr int kChunks = D / 16;
+#pragma unroll
+  for (int k = 0; k < kTileTokens * kChunks / kThreads; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
+    const int r = idx / kChunks, c = idx % kChunks;
+    // Skipped rows read nothing; their address is clamped to a valid row of the tile.
+    ptx::cp_async_16(dst + r * Fp8RowTile<D>::kStride + 16 * c, src + min(r, valid - 1) * row_stride + 16 * c,
+                     r < valid);
+  }
+}
+
+// BF16 rows [0, valid) of a strided [T, H, D] view (row stride in elements).
+template <int D>
+__device__ __forceinline__ void load_bf16_rows(uint32_t dst, const uint16_t* src, int64_t row_stride,
+                                               int valid) {
+  constexpr int kChunks = 2 * D / 16;
+#pragma unroll
+  for (int k = 0; k < kTileTokens * kChunks / kThreads; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
+    const int r = idx / kChunks, c = idx % kChunks;
+    ptx::cp_async_16(dst + r * Bf16RowTile<D>::kStride + 16 * c, src + min(r, valid - 1) * row_stride + 8 * c,
+                     r < valid);
+  }
+}
+
+// Transposed tile: D rows of 64 positions starting at src (= position 0 of row d = 0),
+// rows tpad bytes apart. 16-token groups that start at or past `valid` are zeros.
+template <int D>
+__device__ __forceinline__ void load_fp8_cols(uint32_t dst, const uint8_t* src, int64_t tpad, int valid) {
+#pragma unroll
+  for (int k = 0; k < D * 4 / kThreads; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
+    const int d = idx >> 2, c = idx & 3;
+    ptx::cp_async_16(dst + d * Fp8ColTile<D>::kStride + 16 * c, src + d * tpad + 16 * min(c, (valid - 1) >> 4),
+                     16 * c < valid);
+  }
+}
+
+// After this thread's copies of load_fp8_cols landed (cp_async_wait) and before the CTA
+// barrier: zero the positions of tokens >= valid in the partial 16-token group. The same
+// thread -> chunk mapping as load_fp8_cols, so each thread only touches bytes it copied.
+template <int D>
+__device__ __forceinline__ void clear_cols_tail(uint8_t* tile, int valid) {
+  const int group = valid >> 4, keep = valid & 15;
+  if (valid >= kTileTokens || keep == 0 || (threadIdx.x & 3) != group) return;
+  uint32_t mask[4];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    mask[w] = 0;
+#pragma unroll
+    for (int bb = 0; bb < 4; ++bb)
+      if (quant::fragment_order_token(4 * w + bb) < keep) mask[w] |= 0xffu << (8 * bb);
+  }
+#pragma unroll
+  for (int k = 0; k < D * 4 / kThreads; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
+    uint4* p = reinterpret_cast<uint4*>(tile + (idx >> 2) * Fp8ColTile<D>::kStride + 16 * group);
+    uint4 v = *p;
+    v.x &= mask[0]; v.y &= mask[1]; v.z &= mask[2]; v.w &= mask[3];
+    *p = v;
+  }
+}
+
+// One FP32 per token for tokens [0, 64): thread i (0..63) of the caller copies element i.
+__device__ __forceinline__ void load_scalar(uint32_t dst, const float* src, int valid, int i) {
+  const bool ok = i < valid;
+  ptx::cp_async_4(dst + 4 * i, ok ? src + i : src, ok);
+}
+
+}  // namespace sm90
+}  // namespace flamia
