@@ -97,14 +97,15 @@ void check_against_references(const Case& c, const CheckOptions& opt) {
     t0 = std::chrono::steady_clock::now();
     ExactResult ex;
     exact_forward_backward(c, in, &ex);
-    const double eo = rel_l2(g_fwd.o, ex.o);
-    EXPECT_LT(eo, opt.ex.o_rel_l2) << "O vs exact, " << c.describe();
-    std::printf("[exact] %s\n        O relL2 %.4f", c.describe().c_str(), eo);
+    const ExactTolerance tol = opt.exact_bounds_from_recipe ? ExactTolerance::for_recipe(c.recipe) : opt.ex;
+    const double eo = rel_l2(g_fwd.o, ex.o), e_lse = rel_l2(g_fwd.lse, ex.lse);
+    EXPECT_LT(eo, tol.o) << "O vs exact, " << c.describe();
+    std::printf("[exact] %s\n        O relL2 %.4f, LSE %.2e", c.describe().c_str(), eo, e_lse);
     if (opt.backward) {
       const double edq = rel_l2(g_bwd.dq, ex.dq), edk = rel_l2(g_bwd.dk, ex.dk), edv = rel_l2(g_bwd.dv, ex.dv);
-      EXPECT_LT(edq, opt.ex.grad_rel_l2) << "dQ vs exact, " << c.describe();
-      EXPECT_LT(edk, opt.ex.grad_rel_l2) << "dK vs exact, " << c.describe();
-      EXPECT_LT(edv, opt.ex.grad_rel_l2) << "dV vs exact, " << c.describe();
+      EXPECT_LT(edq, tol.dq) << "dQ vs exact, " << c.describe();
+      EXPECT_LT(edk, tol.dk) << "dK vs exact, " << c.describe();
+      EXPECT_LT(edv, tol.dv) << "dV vs exact, " << c.describe();
       std::printf(", dQ %.4f, dK %.4f, dV %.4f", edq, edk, edv);
     }
     std::printf("  (%.1f s)\n", seconds_since(t0));

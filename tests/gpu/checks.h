@@ -34,12 +34,21 @@ struct SpecTolerance {
   double grad_soft_fraction = 0.02;
 };
 
-// Against float64 exact attention: docs/NUMERICS.md states the project's bounds; until it
-// does, these are those of the design (FP8 E4M3's 3-bit mantissa sets the floor: ~0.045-0.05
-// on O for N(0,1) inputs; gradients see two more FP8 roundings and the dS cancellation).
+// Against float64 exact attention: the bounds of docs/NUMERICS.md §3 (largest value measured
+// with the CPU specification on N(0,1) inputs at the default softmax scale, x ~1.3). The GPU
+// adds ~1e-3 to the specification's error (see SpecTolerance), well inside the margin.
+// Measured by the specification on this suite's packs: O 0.038-0.050, dQ/dK 0.065-0.069
+// (fp8) and 0.053-0.057 (fp8_mixed), dV 0.041-0.052.
 struct ExactTolerance {
-  double o_rel_l2 = 0.07;
-  double grad_rel_l2 = 0.12;
+  double o = 0.066, dq = 0.090, dk = 0.089, dv = 0.072;
+  static ExactTolerance for_recipe(flamia_recipe r) {
+    ExactTolerance t;
+    if (r == FLAMIA_RECIPE_FP8_MIXED) {
+      t.dq = 0.074;
+      t.dk = 0.073;
+    }
+    return t;
+  }
 };
 
 struct CheckOptions {
@@ -47,6 +56,7 @@ struct CheckOptions {
   bool exact = true;
   uint64_t seed = 1234;
   SpecTolerance spec;
+  bool exact_bounds_from_recipe = true;  // else ex as given
   ExactTolerance ex;
 };
 
