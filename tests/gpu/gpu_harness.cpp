@@ -267,6 +267,19 @@ flamia_status GpuRunner::step(const flamia_attention_args& a, const flamia_tenso
   return st;
 }
 
+flamia_status GpuRunner::backward_after_forward(BwdResult* bwd) {
+  for (const DeviceBuffer* b : {&dq_, &dk_, &dv_, &ws_}) {
+    check_cuda(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), stream_), "poison");
+  }
+  const flamia_attention_args a = args();
+  const flamia_status st = flamia_backward(&a, dout_view(), out_view(), lse_view(), qkv8_.get(), qkv8_.bytes(),
+                                           ws_.get(), ws_.bytes(), dq_view(), dk_view(), dv_view());
+  check_cuda(cudaStreamSynchronize(stream_), "backward");
+  check_cuda(cudaGetLastError(), "backward (last error)");
+  if (st == FLAMIA_SUCCESS) download_bwd(bwd);
+  return st;
+}
+
 flamia_status GpuRunner::forward(const Inputs& in, FwdResult* out) {
   upload(in);
   return step(args(), dout_view(), false, out, nullptr);

@@ -130,6 +130,10 @@ class GpuRunner {
   // Training step: quantize, forward, backward (dO quantized inside the backward).
   flamia_status forward_backward(const Inputs& in, FwdResult* fwd, BwdResult* bwd);
 
+  // flamia_backward on what the last forward left in qkv8 / O / LSE (gradients and the
+  // workspace poisoned first): lets a test check the forward before the backward runs.
+  flamia_status backward_after_forward(BwdResult* bwd);
+
   // The same step with caller-made arguments (e.g. strided views of a fused qkv buffer):
   // nothing is uploaded; outputs, qkv8 and workspace are this runner's. backward=false stops
   // after the forward.
