@@ -3,6 +3,7 @@
 // many tiny documents, one long document, empty documents).
 #if defined(FLAMIA_WITH_CUDA)
 
+#include <ostream>
 #include <random>
 #include <string>
 #include <tuple>
@@ -57,6 +58,9 @@ struct ShapeParam {
   Case c;
   bool exact;
 };
+
+// How gtest prints the parameter (instead of its bytes).
+void PrintTo(const ShapeParam& p, std::ostream* os) { *os << p.name << ": " << p.c.describe(); }
 
 std::vector<int> short_docs(int n, int max_len, uint64_t seed) {
   std::mt19937_64 rng(seed);
