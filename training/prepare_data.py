@@ -157,7 +157,8 @@ def fetch_package(pkg: str, workdir: Path) -> tuple[Path, str]:
 def collect_documents(root: Path, pkg: str) -> list[tuple[str, bytes]]:
     docs: list[tuple[str, bytes]] = []
     for path in sorted(root.rglob("*.html")):
-        if SKIP_NAME.match(path.name) or "_static" in path.parts or "_sources" in path.parts:
+        # _modules: Sphinx source-code listings, code rather than prose.
+        if SKIP_NAME.match(path.name) or {"_static", "_sources", "_modules"} & set(path.parts):
             continue
         raw = path.read_bytes().decode("utf-8", errors="replace")
         text = html_to_text(raw)

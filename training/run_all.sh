@@ -9,7 +9,7 @@
 # Environment (all optional):
 #   MAX_MINUTES    wall-clock cap per training run (default 4; a capped run is saved and
 #                  marked unfinished, RESUME=1 continues it). 0 = no cap.
-#   TRAIN_TOKENS   token budget per training run (default 24e6, about one epoch)
+#   TRAIN_TOKENS   token budget per training run (default 20e6, just under one epoch)
 #   RECIPES        training recipes (default "bf16 fp8 fp8_mixed")
 #   PROBE_SECONDS  cap per (variant, scheme) of the leakage probe (default 40); SKIP_PROBE=1 skips it
 #   RESUME=1       pass --resume to train.py
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 MAX_MINUTES=${MAX_MINUTES:-4}
-TRAIN_TOKENS=${TRAIN_TOKENS:-24e6}
+TRAIN_TOKENS=${TRAIN_TOKENS:-20e6}
 RECIPES=${RECIPES:-"bf16 fp8 fp8_mixed"}
 PROBE_SECONDS=${PROBE_SECONDS:-40}
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"

@@ -50,7 +50,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--data-dir", type=Path, default=HERE / "data")
     ap.add_argument("--model-size", choices=sorted(MODEL_SIZES), default="base")
     ap.add_argument("--head-dim", type=int, default=None, help="override (64 or 128)")
-    ap.add_argument("--tokens", type=float, default=24e6, help="training token budget (sets the schedule)")
+    ap.add_argument("--tokens", type=float, default=20e6, help="training token budget (sets the schedule)")
     ap.add_argument("--pack-tokens", type=int, default=32768, help="tokens per packed batch (one step)")
     ap.add_argument("--max-doc-len", type=int, default=4096, help="longer documents are cut into pieces")
     ap.add_argument("--lr", type=float, default=1e-3)
