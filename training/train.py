@@ -3,7 +3,7 @@
 comparison needs.
 
     python training/train.py --recipe bf16
-    python training/train.py --recipe fp8 --tokens 24e6
+    python training/train.py --recipe fp8 --tokens 20e6
     python training/train.py --recipe fp8 --resume        # continue from the last checkpoint
 
 Every recipe starts from the same initial weights (same seed) and sees the same packs in
