@@ -46,13 +46,15 @@ constexpr int kScalarTileBytes = kTileTokens * 4;
 template <int D>
 __device__ __forceinline__ void load_fp8_rows(uint32_t dst, const uint8_t* src, int64_t row_stride,
                                               int valid) {
-  constexpr int kChunks = D / 16;
+  constexpr int kChunks = D / 16, kRowsPerPass = kThreads / kChunks;
+  const int r0 = int(threadIdx.x) / kChunks, c = int(threadIdx.x) % kChunks;
+  dst += r0 * Fp8RowTile<D>::kStride + 16 * c;
+  src += 16 * c;
 #pragma unroll
-  for (int k = 0; k < kTileTokens * kChunks / kThreads; ++k) {
-    const int idx = threadIdx.x + k * kThreads;
-    const int r = idx / kChunks, c = idx % kChunks;
+  for (int k = 0; k < kTileTokens / kRowsPerPass; ++k) {
+    const int r = r0 + k * kRowsPerPass;
     // Skipped rows read nothing; their address is clamped to a valid row of the tile.
-    ptx::cp_async_16(dst + r * Fp8RowTile<D>::kStride + 16 * c, src + min(r, valid - 1) * row_stride + 16 * c,
+    ptx::cp_async_16(dst + k * kRowsPerPass * Fp8RowTile<D>::kStride, src + min(r, valid - 1) * row_stride,
                      r < valid);
   }
 }
@@ -61,12 +63,14 @@ __device__ __forceinline__ void load_fp8_rows(uint32_t dst, const uint8_t* src, 
 template <int D>
 __device__ __forceinline__ void load_bf16_rows(uint32_t dst, const uint16_t* src, int64_t row_stride,
                                                int valid) {
-  constexpr int kChunks = 2 * D / 16;
+  constexpr int kChunks = 2 * D / 16, kRowsPerPass = kThreads / kChunks;
+  const int r0 = int(threadIdx.x) / kChunks, c = int(threadIdx.x) % kChunks;
+  dst += r0 * Bf16RowTile<D>::kStride + 16 * c;
+  src += 8 * c;
 #pragma unroll
-  for (int k = 0; k < kTileTokens * kChunks / kThreads; ++k) {
-    const int idx = threadIdx.x + k * kThreads;
-    const int r = idx / kChunks, c = idx % kChunks;
-    ptx::cp_async_16(dst + r * Bf16RowTile<D>::kStride + 16 * c, src + min(r, valid - 1) * row_stride + 8 * c,
+  for (int k = 0; k < kTileTokens / kRowsPerPass; ++k) {
+    const int r = r0 + k * kRowsPerPass;
+    ptx::cp_async_16(dst + k * kRowsPerPass * Bf16RowTile<D>::kStride, src + min(r, valid - 1) * row_stride,
                      r < valid);
   }
 }
@@ -75,13 +79,14 @@ __device__ __forceinline__ void load_bf16_rows(uint32_t dst, const uint16_t* src
 // rows tpad bytes apart. 16-token groups that start at or past `valid` are zeros.
 template <int D>
 __device__ __forceinline__ void load_fp8_cols(uint32_t dst, const uint8_t* src, int64_t tpad, int valid) {
+  constexpr int kRowsPerPass = kThreads / 4;
+  const int d0 = int(threadIdx.x) >> 2, c = int(threadIdx.x) & 3;
+  const bool ok = 16 * c < valid;
+  dst += d0 * Fp8ColTile<D>::kStride + 16 * c;
+  src += d0 * tpad + 16 * min(c, (valid - 1) >> 4);  // skipped groups: an in-document address
 #pragma unroll
-  for (int k = 0; k < D * 4 / kThreads; ++k) {
-    const int idx = threadIdx.x + k * kThreads;
-    const int d = idx >> 2, c = idx & 3;
-    ptx::cp_async_16(dst + d * Fp8ColTile<D>::kStride + 16 * c, src + d * tpad + 16 * min(c, (valid - 1) >> 4),
-                     16 * c < valid);
-  }
+  for (int k = 0; k < D / kRowsPerPass; ++k)
+    ptx::cp_async_16(dst + k * kRowsPerPass * Fp8ColTile<D>::kStride, src + k * kRowsPerPass * tpad, ok);
 }
 
 // After this thread's copies of load_fp8_cols landed (cp_async_wait) and before the CTA
@@ -101,8 +106,8 @@ __device__ __forceinline__ void clear_cols_tail(uint8_t* tile, int valid) {
   }
 #pragma unroll
   for (int k = 0; k < D * 4 / kThreads; ++k) {
-    const int idx = threadIdx.x + k * kThreads;
-    uint4* p = reinterpret_cast<uint4*>(tile + (idx >> 2) * Fp8ColTile<D>::kStride + 16 * group);
+    const int d = (int(threadIdx.x) >> 2) + k * (kThreads / 4);
+    uint4* p = reinterpret_cast<uint4*>(tile + d * Fp8ColTile<D>::kStride + 16 * group);
     uint4 v = *p;
     v.x &= mask[0]; v.y &= mask[1]; v.z &= mask[2]; v.w &= mask[3];
     *p = v;
