@@ -253,7 +253,8 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ 
     const int m = m_first + step % num_query_tiles, m0 = m * kTileTokens;
     uint8_t* st_ptr = smem + S::stage(step & 1);
     clear_cols_tail<D>(st_ptr + S::kDot, dt.len - m0);
-    if constexpr (!kMixed) clear_cols_tail<D>(st_ptr + S::kQop, dt.len - m0);
+    if constexpr (kMixed) clear_bf16_nonfinite<D>(st_ptr + S::kQop);
+    else clear_cols_tail<D>(st_ptr + S::kQop, dt.len - m0);
     __syncthreads();
     if (mask_needed_for_key_rows(mask, m, n, kTileTokens))
       dkdv_query_tile<D, kMixed, true>(smem, step & 1, mask, j0, m0, a.c, dk, dv);
@@ -389,7 +390,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const __grid_constant__ Bw
     ptx::cp_async_wait<1>();  // Q, dO and key tile n landed (this thread's copies)
     const int n0 = n * kTileTokens;
     uint8_t* st_ptr = smem + S::stage(n & 1);
-    if constexpr (!kMixed) clear_cols_tail<D>(st_ptr + S::kKop, dt.len - n0);
+    if constexpr (kMixed) clear_bf16_nonfinite<D>(st_ptr + S::kKop);
+    else clear_cols_tail<D>(st_ptr + S::kKop, dt.len - n0);
     __syncthreads();
     if (mask_needed_for_query_rows(mask, dt.tile, n, kTileTokens))
       dq_key_tile<D, kMixed, true>(smem, n & 1, mask, i0, n0, a.c, dq);

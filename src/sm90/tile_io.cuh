@@ -75,6 +75,28 @@ __device__ __forceinline__ void load_bf16_rows(uint32_t dst, const uint16_t* src
   }
 }
 
+// After this thread's copies of load_bf16_rows landed: replace non-finite values by 0 in
+// the chunks this thread copied. The FP8 copies get the same effect from the quantizer
+// (zero codes for non-finite rows, whose NaN scale still poisons every visible pair); here
+// the raw BF16 input is the operand, and a NaN multiplied by the exact 0 of a masked dS
+// would otherwise reach rows that do not see the token.
+template <int D>
+__device__ __forceinline__ void clear_bf16_nonfinite(uint8_t* tile) {
+  constexpr int kChunks = 2 * D / 16, kRowsPerPass = kThreads / kChunks;
+  const int r0 = int(threadIdx.x) / kChunks, c = int(threadIdx.x) % kChunks;
+#pragma unroll
+  for (int k = 0; k < kTileTokens / kRowsPerPass; ++k) {
+    uint32_t* p = reinterpret_cast<uint32_t*>(tile + (r0 + k * kRowsPerPass) * Bf16RowTile<D>::kStride + 16 * c);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t v = p[w];
+      const uint32_t lo = (v & 0x7f80u) == 0x7f80u ? 0u : (v & 0xffffu);
+      const uint32_t hi = (v & 0x7f800000u) == 0x7f800000u ? 0u : (v & 0xffff0000u);
+      p[w] = lo | hi;
+    }
+  }
+}
+
 // Transposed tile: D rows of 64 positions starting at src (= position 0 of row d = 0),
 // rows tpad bytes apart. 16-token groups that start at or past `valid` are zeros.
 template <int D>
