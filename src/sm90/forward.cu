@@ -10,6 +10,8 @@
 // Per tile: S = Q Kᵀ (FP32) * sq * sk, masks, online softmax, fold sv into p, per-row
 // sigma, p8 = q8(p * sv, sigma), and O = O * alpha + sigma * (p8 · Vᵀ tile).
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
@@ -193,7 +195,15 @@ cudaError_t launch_forward(const FwdArgs& a, int64_t slots, cudaStream_t stream)
 
 }  // namespace
 
+// forward_wgmma.cu; selected with FLAMIA_FORWARD_KERNEL=wgmma until it replaces this kernel.
+cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse);
+
 cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse) {
+  static const bool use_wgmma = [] {
+    const char* v = std::getenv("FLAMIA_FORWARD_KERNEL");
+    return v != nullptr && std::strcmp(v, "wgmma") == 0;
+  }();
+  if (use_wgmma) return forward_wgmma(p, qkv8, out, lse);
   if (p.total_tokens == 0) return cudaSuccess;
   // The forward regions of qkv8 do not depend on for_backward or the recipe (layout.cuh).
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,

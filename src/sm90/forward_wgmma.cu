@@ -1,0 +1,316 @@
+// Forward mainloop (ALGORITHM.md §2) on wgmma (FP8 E4M3 warpgroup MMA, sm_90a).
+//
+// Same work decomposition as forward.cu: CTA = (64-query tile of one document, query head),
+// one warpgroup; warp w owns query rows 16 w .. 16 w + 15, so the per-row softmax, the
+// pow2 scales and the FP8 packing of fragments.cuh / softmax.cuh apply unchanged (the
+// m64nN accumulator has the mma.sync m16n8 layout per warp). Key tiles of 64, ascending.
+//
+// Per key tile:
+//   S = Q Kᵀ         wgmma m64n64k32, Q and K tiles in shared memory, D/32 chained k-steps;
+//   softmax, fold sv, sigma, p8 = q8(p * sv, sigma) in registers (no shuffles: Vᵀ is stored
+//                    in fragment order, layout.cuh);
+//   fresh = p8 Vᵀ    wgmma m64nDk32 with A = p8 from registers, 2 k-steps, zero-initialised
+//                    (scale-d = 0) so each tile product is formed in its own FP32 accumulator;
+//   acc = acc * alpha + sigma * fresh.
+// Operand tiles are loaded by cp.async (all 128 threads, double-buffered) straight into the
+// K-major no-swizzle core-matrix layout of wgmma.cuh.
+#include <cmath>
+#include <cstring>
+
+#include "sm90/fragments.cuh"
+#include "sm90/masks.cuh"
+#include "sm90/schedule.cuh"
+#include "sm90/sm90.h"
+#include "sm90/softmax.cuh"
+#include "sm90/tile_io.cuh"
+#include "sm90/wgmma.cuh"
+
+namespace flamia {
+namespace sm90 {
+namespace {
+
+struct WgFwdArgs {
+  const uint8_t* q8;   // [T, Hq, D]
+  const uint8_t* k8;   // [T, Hkv, D]
+  const uint8_t* vt8;  // [Hkv][D][Tpad]
+  const float* sq;     // [Hq][T]
+  const float* sk;     // [Hkv][T]
+  const float* sv;     // [Hkv][T]
+  const int32_t* cu_seqlens;
+  WorkList work;
+  uint16_t* out;       // bf16 [T, Hq, D]
+  float* lse;          // [Hq][T]
+  int64_t total_tokens, tpad;
+  int hq, hkv;
+  bool causal;
+  float c;             // softmax_scale * log2(e)
+};
+
+template <int D>
+struct WgSmem {
+  using QTile = wgmma::KMajorTile<kTileTokens, D>;   // A of S: [64 queries][D]
+  using KTile = wgmma::KMajorTile<kTileTokens, D>;   // B of S: [64 keys][D]
+  using VtTile = wgmma::KMajorTile<D, kTileTokens>;  // B of P·V: [D][64 key positions]
+  static constexpr int kQ = 0;
+  // One pipeline stage: K tile, Vᵀ tile, sk, sv.
+  static constexpr int kK = 0;
+  static constexpr int kVt = kK + KTile::kBytes;
+  static constexpr int kSk = kVt + VtTile::kBytes;
+  static constexpr int kSv = kSk + kScalarTileBytes;
+  static constexpr int kStageBytes = kSv + kScalarTileBytes;
+  static constexpr int kStage0 = kQ + QTile::kBytes;
+  static constexpr int kBytes = kStage0 + 2 * kStageBytes;
+  static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
+};
+
+// Rows [0, valid) of a natural [tokens][D] FP8 copy (row r at src + r * row_stride) into a
+// KMajorTile<64, D>; rows >= valid are zero (valid >= 1). Eight consecutive threads copy
+// chunk c of eight consecutive rows = one core matrix (128 contiguous bytes).
+template <int D>
+__device__ __forceinline__ void load_rows(uint32_t dst, const uint8_t* src, int64_t row_stride, int valid) {
+  using Tile = wgmma::KMajorTile<kTileTokens, D>;
+  constexpr int kChunks = D / 16;
+#pragma unroll
+  for (int k = 0; k < kTileTokens * kChunks / kThreads; ++k) {
+    const int idx = int(threadIdx.x) + k * kThreads;
+    const int c = (idx >> 3) % kChunks, r = (idx & 7) + 8 * (idx / (8 * kChunks));
+    // Skipped rows read nothing; their address is clamped to a valid row of the tile.
+    ptx::cp_async_16(dst + Tile::chunk_offset(r, c), src + min(r, valid - 1) * row_stride + 16 * c, r < valid);
+  }
+}
+
+// Transposed tile: D rows of 64 positions (row d at src + d * tpad) into a KMajorTile<D, 64>;
+// 16-token groups that start at or past `valid` are zeros. Thread t always copies chunk
+// (t / 8) % 4 of its rows, which clear_vt_tail relies on.
+template <int D>
+__device__ __forceinline__ void load_vt(uint32_t dst, const uint8_t* src, int64_t tpad, int valid) {
+  using Tile = wgmma::KMajorTile<D, kTileTokens>;
+#pragma unroll
+  for (int k = 0; k < D * 4 / kThreads; ++k) {
+    const int idx = int(threadIdx.x) + k * kThreads;
+    const int c = (idx >> 3) & 3, d = (idx & 7) + 8 * (idx >> 5);
+    const bool ok = 16 * c < valid;
+    ptx::cp_async_16(dst + Tile::chunk_offset(d, c), src + d * tpad + (ok ? 16 * c : 0), ok);
+  }
+}
+
+// After this thread's load_vt copies landed: zero the positions of tokens >= valid in the
+// partial 16-token group (the padding bytes of the transposed copy are not read as zero).
+// Each thread touches only the chunks it copied itself.
+template <int D>
+__device__ __forceinline__ void clear_vt_tail(uint8_t* tile, int valid) {
+  using Tile = wgmma::KMajorTile<D, kTileTokens>;
+  const int group = valid >> 4, keep = valid & 15;
+  if (valid >= kTileTokens || keep == 0 || ((int(threadIdx.x) >> 3) & 3) != group) return;
+  uint32_t mask[4];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    mask[w] = 0;
+#pragma unroll
+    for (int bb = 0; bb < 4; ++bb)
+      if (quant::fragment_order_token(4 * w + bb) < keep) mask[w] |= 0xffu << (8 * bb);
+  }
+#pragma unroll
+  for (int k = 0; k < D * 4 / kThreads; ++k) {
+    const int idx = int(threadIdx.x) + k * kThreads;
+    const int d = (idx & 7) + 8 * (idx >> 5);
+    uint4* p = reinterpret_cast<uint4*>(tile + Tile::chunk_offset(d, group));
+    uint4 v = *p;
+    v.x &= mask[0]; v.y &= mask[1]; v.z &= mask[2]; v.w &= mask[3];
+    *p = v;
+  }
+}
+
+// One key tile for the warpgroup's 64 query rows (this thread: rows i0 and i0 + 8).
+template <int D, bool kMask>
+__device__ __forceinline__ void forward_key_tile(uint32_t qtile, uint32_t stage, const uint8_t* stage_ptr,
+                                                 const float (&sq_row)[2], const DocMask& mask, int i0, int n0,
+                                                 float c, OnlineSoftmax& softmax, float (&acc)[D / 8][4]) {
+  using S = WgSmem<D>;
+  const float* sk = reinterpret_cast<const float*>(stage_ptr + S::kSk);
+  const float* sv = reinterpret_cast<const float*>(stage_ptr + S::kSv);
+  const int q = lane_id() & 3;
+
+  TileAcc s;
+  wgmma::fence();
+  wgmma::mma_ss<false>(s, wgmma::desc<typename S::QTile>(qtile, 0), wgmma::desc<typename S::KTile>(stage + S::kK, 0));
+#pragma unroll
+  for (int ks = 1; ks < D / 32; ++ks)
+    wgmma::mma_ss<true>(s, wgmma::desc<typename S::QTile>(qtile, ks),
+                        wgmma::desc<typename S::KTile>(stage + S::kK, ks));
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::pin(s);
+
+  // Scores in FP32: (sum * sq[i]) * sk[j]; masked entries -inf.
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float2 skj = *reinterpret_cast<const float2*>(sk + 8 * n + 2 * q);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = __fmul_rn(__fmul_rn(s[n][e], sq_row[e >> 1]), (e & 1) ? skj.y : skj.x);
+      if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) s[n][e] = -INFINITY;
+    }
+  }
+  float alpha[2];
+  softmax.step(s, c, alpha);
+  // Fold V's per-token scale into p (V is summed over keys); masked entries stay exactly 0
+  // whatever the masked token's scale is.
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float2 svj = *reinterpret_cast<const float2*>(sv + 8 * n + 2 * q);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool hidden = kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1));
+      s[n][e] = hidden ? 0.0f : __fmul_rn(s[n][e], (e & 1) ? svj.y : svj.x);
+    }
+  }
+  float sigma[2], inv_sigma[2];
+  row_pow2_scales(s, sigma);
+  inv_sigma[0] = __frcp_rn(sigma[0]);
+  inv_sigma[1] = __frcp_rn(sigma[1]);
+  uint32_t p8[2][4];
+  pack_fp8_a(s, inv_sigma, p8);
+
+  // Tile product in a fresh accumulator (scale-d = 0 on the first k-step), then folded in.
+  float fresh[D / 8][4];
+  wgmma::fence();
+  wgmma::mma_rs<false>(fresh, p8[0], wgmma::desc<typename S::VtTile>(stage + S::kVt, 0));
+  wgmma::mma_rs<true>(fresh, p8[1], wgmma::desc<typename S::VtTile>(stage + S::kVt, 1));
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::pin(fresh);
+  wgmma::pin(p8[0]);
+  wgmma::pin(p8[1]);
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[n][e] = __fadd_rn(__fmul_rn(acc[n][e], alpha[e >> 1]), __fmul_rn(sigma[e >> 1], fresh[n][e]));
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_constant__ WgFwdArgs a) {
+  using S = WgSmem<D>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
+  if (slot >= *a.work.count) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work.items[slot]);
+  const int hk = h / (a.hq / a.hkv);
+  const int g = lane_id() >> 2, q = lane_id() & 3;
+  const int m0 = dt.tile * kTileTokens;
+  const int num_key_tiles = a.causal ? dt.tile + 1 : dt.num_tiles;
+  const DocMask mask{dt.len, a.causal};
+  const uint32_t base = ptx::smem_addr(smem);
+
+  const int64_t q_row = int64_t(a.hq) * D, kv_row = int64_t(a.hkv) * D;
+  const uint8_t* k_src = a.k8 + dt.tok0 * kv_row + hk * D;
+  const uint8_t* vt_src = a.vt8 + int64_t(hk) * D * a.tpad + dt.pstart;
+  const float* sk_src = a.sk + hk * a.total_tokens + dt.tok0;
+  const float* sv_src = a.sv + hk * a.total_tokens + dt.tok0;
+  auto load_key_tile = [&](int n) {
+    const int n0 = n * kTileTokens, valid = min(kTileTokens, dt.len - n0);
+    const uint32_t st = base + S::stage(n & 1);
+    load_rows<D>(st + S::kK, k_src + n0 * kv_row, kv_row, valid);
+    load_vt<D>(st + S::kVt, vt_src + n0, a.tpad, valid);
+    if (threadIdx.x < kTileTokens) load_scalar(st + S::kSk, sk_src + n0, valid, threadIdx.x);
+    else load_scalar(st + S::kSv, sv_src + n0, valid, threadIdx.x - kTileTokens);
+  };
+
+  load_rows<D>(base + S::kQ, a.q8 + (dt.tok0 + m0) * q_row + h * D, q_row, min(kTileTokens, dt.len - m0));
+  ptx::cp_async_commit();
+  load_key_tile(0);
+  ptx::cp_async_commit();
+
+  const int i0 = m0 + 16 * warp_id() + g;  // this lane's rows: i0 and i0 + 8
+  float sq_row[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + 8 * r;
+    sq_row[r] = i < dt.len ? a.sq[h * a.total_tokens + dt.tok0 + i] : 0.0f;
+  }
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+  OnlineSoftmax softmax;
+
+  for (int n = 0; n < num_key_tiles; ++n) {
+    if (n + 1 < num_key_tiles) load_key_tile(n + 1);
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<1>();  // Q and key tile n landed (this thread's copies)
+    const int n0 = n * kTileTokens;
+    clear_vt_tail<D>(smem + S::stage(n & 1) + S::kVt, dt.len - n0);
+    wgmma::fence_proxy_async();
+    __syncthreads();
+    const uint32_t st = base + S::stage(n & 1);
+    const uint8_t* st_ptr = smem + S::stage(n & 1);
+    if (mask_needed_for_query_rows(mask, dt.tile, n, kTileTokens))
+      forward_key_tile<D, true>(base + S::kQ, st, st_ptr, sq_row, mask, i0, n0, a.c, softmax, acc);
+    else
+      forward_key_tile<D, false>(base + S::kQ, st, st_ptr, sq_row, mask, i0, n0, a.c, softmax, acc);
+    __syncthreads();  // the stage is refilled by the next iteration's prefetch
+  }
+
+  // Epilogue: O = acc / l -> bf16, LSE = (mc + log2 l) * ln 2.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + 8 * r;
+    if (i >= dt.len) continue;
+    const int64_t tok = dt.tok0 + i;
+    uint16_t* o = a.out + (tok * a.hq + h) * D + 2 * q;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<uint32_t*>(o + 8 * n) =
+          ptx::pack_bf16x2(__fdiv_rn(acc[n][2 * r], softmax.l[r]), __fdiv_rn(acc[n][2 * r + 1], softmax.l[r]));
+    if (q == 0)
+      a.lse[h * a.total_tokens + tok] =
+          __fmul_rn(__fadd_rn(softmax.mc[r], log2f(softmax.l[r])), 0.693147180559945309f);
+  }
+}
+
+template <int D>
+cudaError_t launch(const WgFwdArgs& a, int64_t slots, cudaStream_t stream) {
+  constexpr int kSmem = WgSmem<D>::kBytes;
+  if (kSmem > 48 * 1024) {
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(forward_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (attr != cudaSuccess) return attr;
+  }
+  forward_wgmma_kernel<D><<<unsigned(slots * a.hq), kThreads, kSmem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse) {
+  if (p.total_tokens == 0) return cudaSuccess;
+  const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
+                                              p.recipe, false);
+  const uint8_t* base = static_cast<const uint8_t*>(qkv8);
+  WgFwdArgs a;
+  a.q8 = base + layout.q8;
+  a.k8 = base + layout.k8;
+  a.vt8 = base + layout.vt8;
+  a.sq = reinterpret_cast<const float*>(base + layout.sq);
+  a.sk = reinterpret_cast<const float*>(base + layout.sk);
+  a.sv = reinterpret_cast<const float*>(base + layout.sv);
+  a.cu_seqlens = p.cu_seqlens;
+  a.work = work_list(base, layout);
+  a.out = static_cast<uint16_t*>(out);
+  a.lse = lse;
+  a.total_tokens = p.total_tokens;
+  a.tpad = layout.tpad;
+  a.hq = p.hq;
+  a.hkv = p.hkv;
+  a.causal = p.causal;
+  a.c = p.softmax_scale * 1.4426950408889634f;
+  if (p.head_dim == 64) return launch<64>(a, layout.sched_capacity, p.stream);
+  if (p.head_dim == 128) return launch<128>(a, layout.sched_capacity, p.stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace sm90
+}  // namespace flamia

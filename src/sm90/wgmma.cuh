@@ -1,0 +1,169 @@
+// Warpgroup MMA (wgmma, sm_90a) for FP8 E4M3 operands: shared-memory tile layout, matrix
+// descriptors, and one wrapper per instruction shape. Facts and sources:
+// ../shared/HOPPER-FP8-NOTES.md §1, §2, §4; PTX ISA "Asynchronous Warpgroup Level Matrix
+// Multiply-Accumulate" (Shared Memory Matrix Layout, Matrix Descriptor Format).
+//
+// All 128 threads of the warpgroup execute every call here with identical descriptors.
+// Accumulators are float[N/8][4]: element [n][e] is register 4n + e of the m64nN f32
+// fragment, i.e. row 16 w + g + 8 (e >> 1), column 8 n + 2 q + (e & 1) (warp w, lane 4 g + q)
+// — the same per-warp layout as the mma.sync TileAcc of fragments.cuh.
+#pragma once
+
+#include <cstdint>
+
+namespace flamia {
+namespace sm90 {
+namespace wgmma {
+
+// ---- shared-memory layout --------------------------------------------------------------
+// FP8 operands must be K-major (no transpose for 8-bit types). Without swizzling, wgmma
+// reads "core matrices" of 8 rows x 16 bytes stored as 128 contiguous bytes (row r of the
+// core matrix at +16 r). The descriptor gives the distance between core matrices that are
+// neighbours along K (leading byte offset) and along M/N (stride byte offset).
+// This tile stores, for each 16-byte column chunk c, all row groups one after another:
+//   chunk c of row r  ->  c * kLbo + (r / 8) * kSbo + (r % 8) * 16
+// so one k32 step (chunks 2 ks, 2 ks + 1) is 2 * rows * 16 contiguous bytes, and the 16-byte
+// writes of 8 consecutive rows' chunk c are 128 contiguous bytes (no bank conflicts).
+template <int kRows, int kRowBytes>
+struct KMajorTile {
+  static_assert(kRows % 8 == 0 && kRowBytes % 32 == 0, "whole core matrices and k32 steps");
+  static constexpr int kBytes = kRows * kRowBytes;
+  static constexpr int kLbo = kRows * 16;  // next core matrix along K
+  static constexpr int kSbo = 128;         // next 8 rows
+  __host__ __device__ static constexpr int chunk_offset(int r, int c) {
+    return c * kLbo + (r >> 3) * kSbo + (r & 7) * 16;
+  }
+  // Byte offset of k32 step ks (FP8: bytes 32 ks .. 32 ks + 31 of every row).
+  __host__ __device__ static constexpr int kstep_offset(int ks) { return 2 * ks * kLbo; }
+};
+
+// Descriptor of the operand that starts at k32 step ks of a KMajorTile at shared address
+// `tile` (a shared-window address, 16-byte aligned). Fields: start address bits 0-13,
+// leading byte offset 16-29, stride byte offset 32-45, each in 16-byte units; base offset
+// (49-51) and swizzle mode (62-63) are 0 = no swizzle.
+template <class Tile>
+__device__ __forceinline__ uint64_t desc(uint32_t tile, int ks) {
+  const uint32_t start = tile + uint32_t(Tile::kstep_offset(ks));
+  return uint64_t((start & 0x3FFFFu) >> 4) | (uint64_t(Tile::kLbo >> 4) << 16) |
+         (uint64_t(Tile::kSbo >> 4) << 32);
+}
+
+// ---- ordering ----------------------------------------------------------------------------
+// Before the first wgmma that reads registers (accumulator or A) written by other instructions.
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+
+// Closes the group of wgmmas issued since the previous commit.
+__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+
+// Waits until at most N committed groups are pending. Their accumulators and A registers
+// may only be touched after this (and after pin()).
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Generic-proxy writes to shared memory (cp.async, st.shared) become visible to wgmma's
+// async-proxy reads: each writing thread fences, then the CTA barrier follows.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The compiler sees a wgmma's outputs as defined when the instruction is issued; pinning
+// the registers after wait() keeps every read of them below the wait (and keeps A
+// registers alive until the MMA that reads them has finished).
+template <int N>
+__device__ __forceinline__ void pin(float (&d)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void pin(uint32_t (&a)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
+
+// ---- MMAs --------------------------------------------------------------------------------
+// kAccumulate = false: d = A B (scale-d = 0; d is write-only, a fresh accumulator);
+// true: d += A B. A: 64 x 32, B: N x 32 (K-major), FP8 E4M3, FP32 accumulate.
+#define FLAMIA_WGMMA_ACC4(c, n) c(d[n][0]), c(d[n][1]), c(d[n][2]), c(d[n][3])
+#define FLAMIA_WGMMA_ACC32(c)                                                               \
+  FLAMIA_WGMMA_ACC4(c, 0), FLAMIA_WGMMA_ACC4(c, 1), FLAMIA_WGMMA_ACC4(c, 2), FLAMIA_WGMMA_ACC4(c, 3), \
+      FLAMIA_WGMMA_ACC4(c, 4), FLAMIA_WGMMA_ACC4(c, 5), FLAMIA_WGMMA_ACC4(c, 6), FLAMIA_WGMMA_ACC4(c, 7)
+#define FLAMIA_WGMMA_ACC64(c)                                                                  \
+  FLAMIA_WGMMA_ACC32(c), FLAMIA_WGMMA_ACC4(c, 8), FLAMIA_WGMMA_ACC4(c, 9), FLAMIA_WGMMA_ACC4(c, 10), \
+      FLAMIA_WGMMA_ACC4(c, 11), FLAMIA_WGMMA_ACC4(c, 12), FLAMIA_WGMMA_ACC4(c, 13),               \
+      FLAMIA_WGMMA_ACC4(c, 14), FLAMIA_WGMMA_ACC4(c, 15)
+#define FLAMIA_WGMMA_D32                                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FLAMIA_WGMMA_D64                                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
+  "%56, %57, %58, %59, %60, %61, %62, %63}"
+
+// m64n64k32, A and B from shared memory (S = Q Kᵀ).
+#define FLAMIA_WGMMA_SS_N64                                                 \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                              \
+  "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " FLAMIA_WGMMA_D32 \
+  ", %32, %33, p, 1, 1;\n}\n"
+template <bool kAccumulate>
+__device__ __forceinline__ void mma_ss(float (&d)[8][4], uint64_t a, uint64_t b) {
+  if constexpr (kAccumulate)
+    asm volatile(FLAMIA_WGMMA_SS_N64 : FLAMIA_WGMMA_ACC32("+f") : "l"(a), "l"(b), "r"(1) : "memory");
+  else
+    asm volatile(FLAMIA_WGMMA_SS_N64 : FLAMIA_WGMMA_ACC32("=f") : "l"(a), "l"(b), "r"(0) : "memory");
+}
+
+// m64n64k32 / m64n128k32, A from registers (the 8-bit k32 A fragment: byte j of a[r] is row
+// 16 w + g + 8 (r % 2), k = 4 q + j + 16 (r / 2)), B from shared memory (O tile = P Vᵀ).
+#define FLAMIA_WGMMA_RS_N64                                                 \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                              \
+  "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " FLAMIA_WGMMA_D32 \
+  ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+template <bool kAccumulate>
+__device__ __forceinline__ void mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (kAccumulate)
+    asm volatile(FLAMIA_WGMMA_RS_N64
+                 : FLAMIA_WGMMA_ACC32("+f")
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
+                 : "memory");
+  else
+    asm volatile(FLAMIA_WGMMA_RS_N64
+                 : FLAMIA_WGMMA_ACC32("=f")
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0)
+                 : "memory");
+}
+
+#define FLAMIA_WGMMA_RS_N128                                                 \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                               \
+  "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FLAMIA_WGMMA_D64 \
+  ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+template <bool kAccumulate>
+__device__ __forceinline__ void mma_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (kAccumulate)
+    asm volatile(FLAMIA_WGMMA_RS_N128
+                 : FLAMIA_WGMMA_ACC64("+f")
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
+                 : "memory");
+  else
+    asm volatile(FLAMIA_WGMMA_RS_N128
+                 : FLAMIA_WGMMA_ACC64("=f")
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0)
+                 : "memory");
+}
+
+#undef FLAMIA_WGMMA_RS_N128
+#undef FLAMIA_WGMMA_RS_N64
+#undef FLAMIA_WGMMA_SS_N64
+#undef FLAMIA_WGMMA_D64
+#undef FLAMIA_WGMMA_D32
+#undef FLAMIA_WGMMA_ACC64
+#undef FLAMIA_WGMMA_ACC32
+#undef FLAMIA_WGMMA_ACC4
+
+}  // namespace wgmma
+}  // namespace sm90
+}  // namespace flamia
