@@ -12,8 +12,11 @@
 //   fresh = p8 Vᵀ    wgmma m64nDk32 with A = p8 from registers, 2 k-steps, zero-initialised
 //                    (scale-d = 0) so each tile product is formed in its own FP32 accumulator;
 //   acc = acc * alpha + sigma * fresh.
-// Operand tiles are loaded by cp.async (all 128 threads, double-buffered) straight into the
-// K-major no-swizzle core-matrix layout of wgmma.cuh.
+// The P·V product of tile n - 1 is issued right after S of tile n and runs while the softmax
+// of tile n does, so the tensor cores see back-to-back work from one warpgroup (a second
+// CTA per SM fills the remaining gaps). Operand tiles are loaded by cp.async (all 128
+// threads, three stages, one tile ahead) straight into the K-major no-swizzle core-matrix
+// layout of wgmma.cuh.
 #include <cmath>
 #include <cstring>
 
@@ -46,6 +49,8 @@ struct WgFwdArgs {
   float c;             // softmax_scale * log2(e)
 };
 
+constexpr int kStages = 3;  // key tiles in shared memory: loading, read by S, read by P·V
+
 template <int D>
 struct WgSmem {
   using QTile = wgmma::KMajorTile<kTileTokens, D>;   // A of S: [64 queries][D]
@@ -59,7 +64,7 @@ struct WgSmem {
   static constexpr int kSv = kSk + kScalarTileBytes;
   static constexpr int kStageBytes = kSv + kScalarTileBytes;
   static constexpr int kStage0 = kQ + QTile::kBytes;
-  static constexpr int kBytes = kStage0 + 2 * kStageBytes;
+  static constexpr int kBytes = kStage0 + kStages * kStageBytes;
   static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
 };
 
@@ -121,27 +126,35 @@ __device__ __forceinline__ void clear_vt_tail(uint8_t* tile, int valid) {
   }
 }
 
-// One key tile for the warpgroup's 64 query rows (this thread: rows i0 and i0 + 8).
-template <int D, bool kMask>
-__device__ __forceinline__ void forward_key_tile(uint32_t qtile, uint32_t stage, const uint8_t* stage_ptr,
-                                                 const float (&sq_row)[2], const DocMask& mask, int i0, int n0,
-                                                 float c, OnlineSoftmax& softmax, float (&acc)[D / 8][4]) {
+// S = Q Kᵀ for one key tile: D/32 chained k-steps, the first with scale-d = 0.
+template <int D>
+__device__ __forceinline__ void issue_scores(TileAcc& s, uint32_t qtile, uint32_t ktile) {
   using S = WgSmem<D>;
-  const float* sk = reinterpret_cast<const float*>(stage_ptr + S::kSk);
-  const float* sv = reinterpret_cast<const float*>(stage_ptr + S::kSv);
-  const int q = lane_id() & 3;
-
-  TileAcc s;
-  wgmma::fence();
-  wgmma::mma_ss<false>(s, wgmma::desc<typename S::QTile>(qtile, 0), wgmma::desc<typename S::KTile>(stage + S::kK, 0));
+  wgmma::mma_ss<false>(s, wgmma::desc<typename S::QTile>(qtile, 0), wgmma::desc<typename S::KTile>(ktile, 0));
 #pragma unroll
   for (int ks = 1; ks < D / 32; ++ks)
-    wgmma::mma_ss<true>(s, wgmma::desc<typename S::QTile>(qtile, ks),
-                        wgmma::desc<typename S::KTile>(stage + S::kK, ks));
+    wgmma::mma_ss<true>(s, wgmma::desc<typename S::QTile>(qtile, ks), wgmma::desc<typename S::KTile>(ktile, ks));
   wgmma::commit();
-  wgmma::wait<0>();
-  wgmma::pin(s);
+}
 
+// fresh = p8 · Vᵀ tile (64 keys = 2 k-steps), a fresh FP32 accumulator per tile.
+template <int D>
+__device__ __forceinline__ void issue_tile_product(float (&fresh)[D / 8][4], const uint32_t (&p8)[2][4],
+                                                   uint32_t vttile) {
+  using Vt = typename WgSmem<D>::VtTile;
+  wgmma::mma_rs<false>(fresh, p8[0], wgmma::desc<Vt>(vttile, 0));
+  wgmma::mma_rs<true>(fresh, p8[1], wgmma::desc<Vt>(vttile, 1));
+  wgmma::commit();
+}
+
+// Scores of one key tile -> p8 = q8(p * sv, sigma), with the online-softmax update (rows
+// i0 and i0 + 8 of this thread). alpha rescales what was accumulated before this tile.
+template <bool kMask>
+__device__ __forceinline__ void softmax_tile(TileAcc& s, const float* sk, const float* sv,
+                                             const float (&sq_row)[2], const DocMask& mask, int i0, int n0,
+                                             float c, OnlineSoftmax& softmax, uint32_t (&p8)[2][4],
+                                             float (&sigma)[2], float (&alpha)[2]) {
+  const int q = lane_id() & 3;
   // Scores in FP32: (sum * sq[i]) * sk[j]; masked entries -inf.
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
@@ -152,7 +165,6 @@ __device__ __forceinline__ void forward_key_tile(uint32_t qtile, uint32_t stage,
       if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) s[n][e] = -INFINITY;
     }
   }
-  float alpha[2];
   softmax.step(s, c, alpha);
   // Fold V's per-token scale into p (V is summed over keys); masked entries stay exactly 0
   // whatever the masked token's scale is.
@@ -165,23 +177,17 @@ __device__ __forceinline__ void forward_key_tile(uint32_t qtile, uint32_t stage,
       s[n][e] = hidden ? 0.0f : __fmul_rn(s[n][e], (e & 1) ? svj.y : svj.x);
     }
   }
-  float sigma[2], inv_sigma[2];
+  float inv_sigma[2];
   row_pow2_scales(s, sigma);
   inv_sigma[0] = __frcp_rn(sigma[0]);
   inv_sigma[1] = __frcp_rn(sigma[1]);
-  uint32_t p8[2][4];
   pack_fp8_a(s, inv_sigma, p8);
+}
 
-  // Tile product in a fresh accumulator (scale-d = 0 on the first k-step), then folded in.
-  float fresh[D / 8][4];
-  wgmma::fence();
-  wgmma::mma_rs<false>(fresh, p8[0], wgmma::desc<typename S::VtTile>(stage + S::kVt, 0));
-  wgmma::mma_rs<true>(fresh, p8[1], wgmma::desc<typename S::VtTile>(stage + S::kVt, 1));
-  wgmma::commit();
-  wgmma::wait<0>();
-  wgmma::pin(fresh);
-  wgmma::pin(p8[0]);
-  wgmma::pin(p8[1]);
+// acc = acc * alpha + sigma * fresh (sigma a power of two: the product is exact).
+template <int D>
+__device__ __forceinline__ void fold_tile(float (&acc)[D / 8][4], const float (&fresh)[D / 8][4],
+                                          const float (&alpha)[2], const float (&sigma)[2]) {
 #pragma unroll
   for (int n = 0; n < D / 8; ++n)
 #pragma unroll
@@ -210,7 +216,7 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
   const float* sv_src = a.sv + hk * a.total_tokens + dt.tok0;
   auto load_key_tile = [&](int n) {
     const int n0 = n * kTileTokens, valid = min(kTileTokens, dt.len - n0);
-    const uint32_t st = base + S::stage(n & 1);
+    const uint32_t st = base + S::stage(n % kStages);
     load_rows<D>(st + S::kK, k_src + n0 * kv_row, kv_row, valid);
     load_vt<D>(st + S::kVt, vt_src + n0, a.tpad, valid);
     if (threadIdx.x < kTileTokens) load_scalar(st + S::kSk, sk_src + n0, valid, threadIdx.x);
@@ -218,7 +224,6 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
   };
 
   load_rows<D>(base + S::kQ, a.q8 + (dt.tok0 + m0) * q_row + h * D, q_row, min(kTileTokens, dt.len - m0));
-  ptx::cp_async_commit();
   load_key_tile(0);
   ptx::cp_async_commit();
 
@@ -236,23 +241,76 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
   OnlineSoftmax softmax;
+  // Tile n - 1's operand of its P·V product and its fold factors, carried into iteration n.
+  uint32_t p8[2][4];
+  float sigma[2], alpha[2];
+  float fresh[D / 8][4];
 
+  // Iteration n issues S_n = Q K_nᵀ and then P_{n-1} V_{n-1}; the softmax of S_n runs while
+  // the P·V product is still on the tensor cores, and tile n - 1 is folded into acc after it.
+  // Three stages: tile n + 1 is loading, tile n is read by S_n, tile n - 1 by P·V.
   for (int n = 0; n < num_key_tiles; ++n) {
-    if (n + 1 < num_key_tiles) load_key_tile(n + 1);
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<1>();  // Q and key tile n landed (this thread's copies)
     const int n0 = n * kTileTokens;
-    clear_vt_tail<D>(smem + S::stage(n & 1) + S::kVt, dt.len - n0);
+    ptx::cp_async_wait<0>();  // key tile n (and Q) landed: this thread's copies
+    clear_vt_tail<D>(smem + S::stage(n % kStages) + S::kVt, dt.len - n0);
     wgmma::fence_proxy_async();
+    // Also orders every warp's wait for P_{n-2} V_{n-2} before the refill of its stage.
     __syncthreads();
-    const uint32_t st = base + S::stage(n & 1);
-    const uint8_t* st_ptr = smem + S::stage(n & 1);
+    if (n + 1 < num_key_tiles) {
+      load_key_tile(n + 1);
+      ptx::cp_async_commit();
+    }
+    const uint32_t st = base + S::stage(n % kStages);
+    const uint8_t* st_ptr = smem + S::stage(n % kStages);
+
+    TileAcc s;
+    wgmma::pin(p8[0]);  // the P·V operand is final before the fence (no copy may follow it)
+    wgmma::pin(p8[1]);
+    wgmma::fence();
+    issue_scores<D>(s, base + S::kQ, st + S::kK);
+    if (n > 0) {
+      wgmma::fence();  // ptxas tracks the fence per basic block; without it, it injects one here
+      issue_tile_product<D>(fresh, p8, base + S::stage((n - 1) % kStages) + S::kVt);
+      wgmma::wait<1>();
+    } else {
+      wgmma::wait<0>();
+    }
+    wgmma::pin(s);
+
+    uint32_t p8_next[2][4];
+    float sigma_next[2], alpha_next[2];
+    const float* sk = reinterpret_cast<const float*>(st_ptr + S::kSk);
+    const float* sv = reinterpret_cast<const float*>(st_ptr + S::kSv);
     if (mask_needed_for_query_rows(mask, dt.tile, n, kTileTokens))
-      forward_key_tile<D, true>(base + S::kQ, st, st_ptr, sq_row, mask, i0, n0, a.c, softmax, acc);
+      softmax_tile<true>(s, sk, sv, sq_row, mask, i0, n0, a.c, softmax, p8_next, sigma_next, alpha_next);
     else
-      forward_key_tile<D, false>(base + S::kQ, st, st_ptr, sq_row, mask, i0, n0, a.c, softmax, acc);
-    __syncthreads();  // the stage is refilled by the next iteration's prefetch
+      softmax_tile<false>(s, sk, sv, sq_row, mask, i0, n0, a.c, softmax, p8_next, sigma_next, alpha_next);
+
+    if (n > 0) {
+      wgmma::wait<0>();
+      wgmma::pin(fresh);
+      wgmma::pin(p8[0]);
+      wgmma::pin(p8[1]);
+      fold_tile<D>(acc, fresh, alpha, sigma);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      sigma[r] = sigma_next[r];
+      alpha[r] = alpha_next[r];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) p8[r][i] = p8_next[r][i];
+    }
   }
+  // The last tile's P·V.
+  wgmma::pin(p8[0]);
+  wgmma::pin(p8[1]);
+  wgmma::fence();
+  issue_tile_product<D>(fresh, p8, base + S::stage((num_key_tiles - 1) % kStages) + S::kVt);
+  wgmma::wait<0>();
+  wgmma::pin(fresh);
+  wgmma::pin(p8[0]);
+  wgmma::pin(p8[1]);
+  fold_tile<D>(acc, fresh, alpha, sigma);
 
   // Epilogue: O = acc / l -> bf16, LSE = (mc + log2 l) * ln 2.
 #pragma unroll

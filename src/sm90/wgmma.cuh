@@ -41,11 +41,13 @@ struct KMajorTile {
 // `tile` (a shared-window address, 16-byte aligned). Fields: start address bits 0-13,
 // leading byte offset 16-29, stride byte offset 32-45, each in 16-byte units; base offset
 // (49-51) and swizzle mode (62-63) are 0 = no swizzle.
+// Shared-window addresses are below 2^18 (228 KiB), so stepping the start field by
+// kstep_offset >> 4 never carries out of it.
 template <class Tile>
 __device__ __forceinline__ uint64_t desc(uint32_t tile, int ks) {
-  const uint32_t start = tile + uint32_t(Tile::kstep_offset(ks));
-  return uint64_t((start & 0x3FFFFu) >> 4) | (uint64_t(Tile::kLbo >> 4) << 16) |
-         (uint64_t(Tile::kSbo >> 4) << 32);
+  const uint64_t base = uint64_t((tile & 0x3FFFFu) >> 4) | (uint64_t(Tile::kLbo >> 4) << 16) |
+                        (uint64_t(Tile::kSbo >> 4) << 32);
+  return base + uint64_t(Tile::kstep_offset(ks) >> 4);
 }
 
 // ---- ordering ----------------------------------------------------------------------------
