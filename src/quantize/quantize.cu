@@ -201,8 +201,9 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
     // token takes part in, but gets zero codes: NaN codes would also reach the rows that
     // merely mask this token out, through 0 * NaN inside an MMA.
     const uint2 q = fmt::is_nan_f32(scale) ? make_uint2(0u, 0u) : quantize_bf16x8(x[it], __frcp_rn(scale));
-    // Gather the group's scales (and dots) into lanes 0..15, for one coalesced store each.
-    const int src_lane = (lane % kRowsPerPass) * kLanesPerRow;  // row it*kRowsPerPass + lane%kRowsPerPass
+    // Gather the group's scales (and dots) into lanes 0..15, for one coalesced store each:
+    // src_lane holds row it * kRowsPerPass + lane % kRowsPerPass.
+    const int src_lane = (lane % kRowsPerPass) * kLanesPerRow;
     const float s = __shfl_sync(0xffffffffu, scale, src_lane);
     if (lane / kRowsPerPass == it) row_scale = s;
     if (kDot) {
