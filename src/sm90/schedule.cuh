@@ -4,8 +4,9 @@
 // expensive CTAs start first and the cheap ones fill the tail of the grid:
 //   causal:     cost(b, t) = t + 1  (key tiles a query tile visits) -> sort key t;
 //   non-causal: cost(b, t) = nt_b   (every tile visits the whole document) -> key nt_b - 1.
-// The list is built on the device from cu_seqlens (no host synchronisation) by a one-block
-// counting sort and stored in the qkv8 buffer next to the operands it schedules.
+// The list is built on the device from cu_seqlens (no host synchronisation) by block 0 of
+// the quantizer's launch (quantize/work_list.cuh) and stored in the qkv8 buffer next to the
+// operands it schedules.
 //
 // Kernels launch one CTA per (item slot, head) with the head index fastest, so that the
 // query heads sharing a kv head run side by side (K/V reuse in L2); slots past the real item
@@ -46,11 +47,6 @@ __device__ __forceinline__ DocTile doc_tile(const int32_t* cu_seqlens, int2 item
   d.tile = item.y;
   return d;
 }
-
-// Builds the list for the documents of cu_seqlens into the schedule regions of qkv8.
-cudaError_t build_work_list(const int32_t* cu_seqlens, int num_docs, bool causal,
-                           uint8_t* qkv8, const quant::Qkv8Layout& layout,
-                           cudaStream_t stream);
 
 inline WorkList work_list(const uint8_t* qkv8, const quant::Qkv8Layout& layout) {
   return {reinterpret_cast<const int*>(qkv8 + layout.sched_count),
