@@ -23,11 +23,17 @@ x-dependent rounding already reaches position t-1) gets a gradient.
 
 Two variants, therefore:
   amplified  the data supplies (a) and (b): the copy's input embedding is multiplied by
-             2^(a0 + x) and the first layer's attention reads the residual stream without
-             RMSNorm, so the copy's magnitude reaches the quantizer. With per-tensor
-             scales the secret then sets each head's scale and flushes a secret-dependent
-             set of small past values (the MARK token's own key/value included): a leak
-             the model can learn to read. This is the positive test for the quantizer.
+             2^(a0 + x) and the first layer's k and v projections read the residual
+             stream without RMSNorm, so the copy's magnitude reaches the quantizer. With
+             per-tensor scales the secret then sets each head's scale and flushes a
+             secret-dependent set of small past values (the MARK token's own key/value
+             included): a leak the model can learn to read. This is the positive test for
+             the quantizer. q stays normalized: with q and k both raw the copy's
+             self-logit grows as 4^(a0 + x) (about 2e9 at init), beyond what an online
+             softmax can take: exp2(s*c - m*c) with m*c rounded to fp32 is off by up to
+             ulp(m*c)/2 = 2^7 in the exponent there, so the kernel's exp overflows to Inf,
+             the copy's row turns NaN, and 0 * NaN in the backward poisons every weight.
+             With only k/v raw the logits grow linearly (max logit reported per run).
   natural    a standard pre-norm model, all input magnitudes 1. A leak would need the
              model to discover (a) and (b) without gradient; expected: no leak.
 
@@ -43,10 +49,15 @@ changed. For a causally safe scheme this must be exactly 0.
     python training/leakage_probe.py                       # all variants and schemes
     python training/leakage_probe.py --variants amplified --schemes bf16 per_tensor_fp8
 Results: training/runs/leakage_probe.json (read by report.py).
+
+A step whose loss or gradient norm is not finite is skipped (no optimizer update), the
+first one is reported with the attention input magnitudes of that batch, and the count
+is in the results ("nonfinite_steps", "first_nonfinite_step").
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -64,6 +75,11 @@ import model as M  # noqa: E402
 HERE = Path(__file__).resolve().parent
 SCHEMES = ("bf16_noncausal", "bf16", "per_tensor_fp8", "per_token_fp8", "fp8", "fp8_mixed")
 VARIANTS = ("amplified", "natural")
+USE_AUTOCAST = True  # --no-autocast: fp32 model (attention inputs are still BF16), for CPU checks
+
+
+def autocast(device: torch.device) -> Any:
+    return M.autocast_ctx(device)() if USE_AUTOCAST else contextlib.nullcontext()
 
 
 @dataclass
@@ -75,7 +91,9 @@ class Task:
     t_hi: int = 32
     g_lo: int = 2       # copy at t+g, g in [g_lo, g_hi]
     g_hi: int = 24
-    a0: float = 11.0    # amplified copy magnitude 2^(a0 + x)
+    a0: float = 11.0    # amplified copy magnitude 2^(a0 + x): k/v amax up to ~2^17, well
+                        # inside bf16; the per-tensor power-of-two scale (<= 2^9) keeps it
+                        # under the E4M3 max of 448
 
     @property
     def mark(self) -> int:
@@ -127,12 +145,12 @@ def to_batch(d: dict[str, np.ndarray], S: int, device: torch.device) -> M.Packed
 
 
 def build_model(task: Task, scheme: str, variant: str, scope: str, seed: int,
-                device: torch.device) -> M.Model:
+                device: torch.device, raw_inputs: str = "kv") -> M.Model:
     kind = "bf16" if scheme == "bf16_noncausal" else scheme
     cfg = M.ModelConfig(vocab_size=task.vocab, d_model=128, n_layers=2, n_heads=2, n_kv_heads=1,
                         head_dim=64, ffn_hidden=384, max_seq_len=task.S, attention=kind,
                         causal=scheme != "bf16_noncausal", embed_init_std=1.0,
-                        raw_attn_layers=1 if variant == "amplified" else 0,
+                        raw_attn_layers=1 if variant == "amplified" else 0, raw_attn_inputs=raw_inputs,
                         per_tensor_group=task.S if scope == "sequence" else None)
     torch.manual_seed(seed)
     return M.Model(cfg).to(device)
@@ -140,7 +158,7 @@ def build_model(task: Task, scheme: str, variant: str, scope: str, seed: int,
 
 @torch.no_grad()
 def evaluate(model: M.Model, task: Task, data: list[dict[str, np.ndarray]], device: torch.device) -> tuple[float, float]:
-    ac = M.autocast_ctx(device)
+    ac = lambda: autocast(device)
     tot_loss, tot_acc, n = 0.0, 0.0, 0
     for d in data:
         b = to_batch(d, task.S, device)
@@ -159,7 +177,7 @@ def future_influence(model: M.Model, task: Task, amplified: bool, B: int, seed: 
                      device: torch.device) -> float:
     """Fraction of sequences whose MARK-position logits change (bitwise) when only the
     future copy's symbol (and, if amplified, its magnitude) changes."""
-    ac = M.autocast_ctx(device)
+    ac = lambda: autocast(device)
     rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed)
     a = make_batch(task, rng_a, B, amplified)
     other = (a["x"] + 1 + np.random.default_rng(seed + 1).integers(0, task.K - 1, size=B)) % task.K
@@ -175,20 +193,51 @@ def future_influence(model: M.Model, task: Task, amplified: bool, B: int, seed: 
     return changed.float().mean().item()
 
 
+@torch.no_grad()
+def attn_magnitudes(model: M.Model, task: Task, b: M.PackedBatch) -> list[dict[str, float]]:
+    """Per layer: max |q|, |k|, |v| as fed to attention and the max |scaled logit| over all
+    same-sequence pairs (causal or not, so it bounds what any kernel sees)."""
+    with autocast(b.tokens.device):
+        qkv = model.capture_qkv(b)
+    cu = b.cu_seqlens.tolist()
+    out = []
+    for q, k, v in qkv:
+        finite = bool(torch.isfinite(q).all() and torch.isfinite(k).all() and torch.isfinite(v).all())
+        out.append({"q": q.abs().max().item(), "k": k.abs().max().item(), "v": v.abs().max().item(),
+                    "logit": M.max_attention_logit(q, k, cu, 1.0 / math.sqrt(q.shape[-1]), causal=False),
+                    "finite": finite})
+    return out
+
+
+def fmt_magnitudes(mags: list[dict[str, float]]) -> str:
+    return "; ".join(f"L{i} max|q| {m['q']:.3g} |k| {m['k']:.3g} |v| {m['v']:.3g} logit {m['logit']:.3g}"
+                     + ("" if m["finite"] else " NON-FINITE") for i, m in enumerate(mags))
+
+
+# Above this the fp32 rounding of an online softmax's running max (ulp(m)/2 in the exponent)
+# starts to distort probabilities; far above it (~2^30) exp overflows.
+LOGIT_WARN = 2.0 ** 16
+
+
 def run_one(task: Task, scheme: str, variant: str, args: argparse.Namespace,
             device: torch.device) -> dict[str, Any]:
     amplified = variant == "amplified"
-    model = build_model(task, scheme, variant, args.scale_scope, args.seed, device)
+    tag = f"[{variant}/{scheme}]"
+    model = build_model(task, scheme, variant, args.scale_scope, args.seed, device, args.raw_inputs)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
-    ac = M.autocast_ctx(device)
+    ac = lambda: autocast(device)
     # Same training and held-out sequences for every scheme.
     rng = np.random.default_rng(args.seed)
     eval_rng = np.random.default_rng(args.seed + 10_000)
     eval_data = [make_batch(task, eval_rng, args.batch, amplified) for _ in range(args.eval_batches)]
     influence_init = future_influence(model, task, amplified, 1024, args.seed + 20_000, device)
+    probe_batch = to_batch(eval_data[0], task.S, device)
+    mags_init = attn_magnitudes(model, task, probe_batch)
+    print(f"  {tag} init: {fmt_magnitudes(mags_init)}", flush=True)
     t0 = time.perf_counter()
     curve: list[tuple[int, float]] = []
-    run_loss, step, nonfinite = 0.0, 0, 0
+    run_loss, run_n, step, nonfinite = 0.0, 0, 0, 0
+    first_nonfinite: Optional[dict[str, Any]] = None
     for step in range(1, args.steps + 1):
         lr = args.lr * min(1.0, step / 100)  # short warmup, then constant
         for gr in opt.param_groups:
@@ -197,24 +246,42 @@ def run_one(task: Task, scheme: str, variant: str, args: argparse.Namespace,
         with ac():
             loss = model(b)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        # A finite loss can still come with NaN/Inf gradients (0 * Inf from rows the loss
+        # ignores); clipping would then spread NaN into every weight, so check both.
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()
         lv = loss.item()
-        if math.isfinite(lv):
+        if math.isfinite(lv) and math.isfinite(gnorm):
             opt.step()
+            run_loss += lv
+            run_n += 1
         else:
             nonfinite += 1
+            if first_nonfinite is None:
+                mags = attn_magnitudes(model, task, b)
+                first_nonfinite = {"step": step, "loss": lv, "grad_norm": gnorm, "magnitudes": mags}
+                print(f"  {tag} FIRST NON-FINITE STEP {step}: loss {lv}, grad norm {gnorm}; update "
+                      f"skipped. Batch: {fmt_magnitudes(mags)}", flush=True)
         opt.zero_grad(set_to_none=True)
-        run_loss += lv
         if step % args.log_every == 0:
-            curve.append((step, run_loss / args.log_every))
-            print(f"  [{variant}/{scheme}] step {step}/{args.steps} train loss {run_loss / args.log_every:.4f} "
-                  f"(chance {math.log(task.K):.4f}) {time.perf_counter() - t0:.0f} s", flush=True)
-            run_loss = 0.0
+            mean = run_loss / run_n if run_n else float("nan")
+            curve.append((step, mean))
+            bad = f", {nonfinite} non-finite steps skipped so far" if nonfinite else ""
+            print(f"  {tag} step {step}/{args.steps} train loss {mean:.4f} "
+                  f"(chance {math.log(task.K):.4f}){bad} {time.perf_counter() - t0:.0f} s", flush=True)
+            run_loss, run_n = 0.0, 0
         if args.max_seconds > 0 and time.perf_counter() - t0 > args.max_seconds:
             break
     seconds = time.perf_counter() - t0
     loss, acc = evaluate(model, task, eval_data, device)
     influence = future_influence(model, task, amplified, 1024, args.seed + 20_000, device)
+    mags_final = attn_magnitudes(model, task, probe_batch)
+    print(f"  {tag} final: {fmt_magnitudes(mags_final)}", flush=True)
+    max_logit = max(m["logit"] for m in mags_init + mags_final)
+    if max_logit > LOGIT_WARN:
+        print(f"  {tag} WARNING: attention logit {max_logit:.3g} > {LOGIT_WARN:.3g}; fused softmax "
+              "kernels may lose accuracy or overflow", flush=True)
+    if not math.isfinite(loss):
+        print(f"  {tag} WARNING: held-out loss is not finite", flush=True)
     chance = math.log(task.K)
     n_eval = args.batch * args.eval_batches
     leak = loss < chance - args.margin
@@ -223,7 +290,9 @@ def run_one(task: Task, scheme: str, variant: str, args: argparse.Namespace,
             "acc_stderr_at_chance": math.sqrt((1 / task.K) * (1 - 1 / task.K) / n_eval),
             "n_eval": n_eval, "margin": args.margin, "leak_learned": leak,
             "future_influence_init": influence_init, "future_influence_final": influence,
-            "nonfinite_steps": nonfinite, "train_curve": curve, "scale_scope": args.scale_scope}
+            "nonfinite_steps": nonfinite, "first_nonfinite_step": first_nonfinite,
+            "attn_magnitudes_init": mags_init, "attn_magnitudes_final": mags_final,
+            "train_curve": curve, "scale_scope": args.scale_scope, "raw_inputs": args.raw_inputs}
 
 
 def flamia_usable(device: torch.device) -> tuple[bool, str]:
@@ -254,11 +323,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--margin", type=float, default=0.05, help="nats below ln K that count as a learned leak")
     ap.add_argument("--scale-scope", choices=("sequence", "pack"), default="sequence",
                     help="per_tensor_fp8: one scale per (sequence, head) or per (whole pack, head)")
+    ap.add_argument("--raw-inputs", default="kv", choices=("kv", "v", "qkv"),
+                    help="amplified variant: first-layer projections that read the un-normalized "
+                         "stream (qkv makes the copy's self-logit ~2e9: NaN in fused kernels)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--log-every", type=int, default=250)
     ap.add_argument("--out", type=Path, default=HERE / "runs" / "leakage_probe.json")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--no-autocast", action="store_true", help="run without bf16 autocast (CPU checks)")
     args = ap.parse_args(argv)
+    global USE_AUTOCAST
+    USE_AUTOCAST = not args.no_autocast
     device = torch.device(args.device)
     task = Task()
 

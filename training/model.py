@@ -52,8 +52,11 @@ class ModelConfig:
     attention: str = "bf16"
     causal: bool = True
     # Leakage probe only: the first `raw_attn_layers` layers feed the residual stream to
-    # q/k/v without RMSNorm, so an input token's magnitude reaches the quantizer.
+    # the projections named in `raw_attn_inputs` without RMSNorm, so an input token's
+    # magnitude reaches the quantizer. The others read the normalized stream: with both q
+    # and k raw, an amplified token's self-logit grows with the square of its magnitude.
     raw_attn_layers: int = 0
+    raw_attn_inputs: str = "qkv"
     # Tokens per shared scale for per_tensor_fp8 (None: the whole packed batch).
     per_tensor_group: Optional[int] = None
 
@@ -280,11 +283,13 @@ class Attention(nn.Module):
         # When a list, forward() appends (q, k, v) after rotary (for logit/error probes).
         self.capture: Optional[list[tuple[Tensor, Tensor, Tensor]]] = None
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, batch: PackedBatch) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, batch: PackedBatch,
+                xk: Optional[Tensor] = None, xv: Optional[Tensor] = None) -> Tensor:
+        """x feeds q (and k/v unless xk/xv are given: raw-input probe layers)."""
         T = x.shape[0]
         q = self.wq(x).view(T, self.hq, self.dh)
-        k = self.wk(x).view(T, self.hkv, self.dh)
-        v = self.wv(x).view(T, self.hkv, self.dh)
+        k = self.wk(x if xk is None else xk).view(T, self.hkv, self.dh)
+        v = self.wv(x if xv is None else xv).view(T, self.hkv, self.dh)
         # The attention kernels take BF16 (autocast may be off, e.g. in CPU tests).
         q = apply_rotary(q, cos, sin).to(torch.bfloat16).contiguous()
         k = apply_rotary(k, cos, sin).to(torch.bfloat16).contiguous()
@@ -313,15 +318,21 @@ class SwiGLU(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
-        self.raw_attn_input = layer < cfg.raw_attn_layers
+        self.raw_inputs = cfg.raw_attn_inputs if layer < cfg.raw_attn_layers else ""
+        if set(self.raw_inputs) - set("qkv"):
+            raise ValueError(f"raw_attn_inputs {cfg.raw_attn_inputs!r}: use letters of 'qkv'")
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg, layer)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = SwiGLU(cfg)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, batch: PackedBatch) -> Tensor:
-        h = x if self.raw_attn_input else self.attn_norm(x)
-        x = x + self.attn(h, cos, sin, batch)
+        if self.raw_inputs:
+            n = self.attn_norm(x) if self.raw_inputs != "qkv" else x
+            h = {c: (x if c in self.raw_inputs else n) for c in "qkv"}
+            x = x + self.attn(h["q"], cos, sin, batch, xk=h["k"], xv=h["v"])
+        else:
+            x = x + self.attn(self.attn_norm(x), cos, sin, batch)
         return x + self.mlp(self.mlp_norm(x))
 
 
