@@ -195,15 +195,20 @@ cudaError_t launch_forward(const FwdArgs& a, int64_t slots, cudaStream_t stream)
 
 }  // namespace
 
-// forward_wgmma.cu; selected with FLAMIA_FORWARD_KERNEL=wgmma until it replaces this kernel.
-cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse);
+// forward_wgmma.cu, until it replaces this kernel: FLAMIA_FORWARD_KERNEL=wgmma selects it
+// with FP32 promotion of every wgmma k-step, =wgmma_chained with k-steps chained in the
+// tensor core's accumulator (faster, but off the specification by more than FP32 noise).
+cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse, bool promote);
 
 cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse) {
-  static const bool use_wgmma = [] {
+  enum class Kernel { kMmaSync, kWgmma, kWgmmaChained };
+  static const Kernel kernel = [] {
     const char* v = std::getenv("FLAMIA_FORWARD_KERNEL");
-    return v != nullptr && std::strcmp(v, "wgmma") == 0;
+    if (v != nullptr && std::strcmp(v, "wgmma") == 0) return Kernel::kWgmma;
+    if (v != nullptr && std::strcmp(v, "wgmma_chained") == 0) return Kernel::kWgmmaChained;
+    return Kernel::kMmaSync;
   }();
-  if (use_wgmma) return forward_wgmma(p, qkv8, out, lse);
+  if (kernel != Kernel::kMmaSync) return forward_wgmma(p, qkv8, out, lse, kernel == Kernel::kWgmma);
   if (p.total_tokens == 0) return cudaSuccess;
   // The forward regions of qkv8 do not depend on for_backward or the recipe (layout.cuh).
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,

@@ -6,17 +6,26 @@
 // m64nN accumulator has the mma.sync m16n8 layout per warp). Key tiles of 64, ascending.
 //
 // Per key tile:
-//   S = Q Kᵀ         wgmma m64n64k32, Q and K tiles in shared memory, D/32 chained k-steps;
+//   S = Q Kᵀ         wgmma m64n64k32, Q and K tiles in shared memory, D/32 k-steps;
 //   softmax, fold sv, sigma, p8 = q8(p * sv, sigma) in registers (no shuffles: Vᵀ is stored
 //                    in fragment order, layout.cuh);
-//   fresh = p8 Vᵀ    wgmma m64nDk32 with A = p8 from registers, 2 k-steps, zero-initialised
-//                    (scale-d = 0) so each tile product is formed in its own FP32 accumulator;
-//   acc = acc * alpha + sigma * fresh.
-// The P·V product of tile n - 1 is issued right after S of tile n and runs while the softmax
-// of tile n does, so the tensor cores see back-to-back work from one warpgroup (a second
-// CTA per SM fills the remaining gaps). Operand tiles are loaded by cp.async (all 128
-// threads, three stages, one tile ahead) straight into the K-major no-swizzle core-matrix
-// layout of wgmma.cuh.
+//   p8 Vᵀ            wgmma m64nDk32 with A = p8 from registers, 2 k-steps (32 keys each);
+//   acc = acc * alpha + sigma * (p8 Vᵀ).
+// Accumulation precision (kPromote). Chaining the k-steps inside one wgmma accumulator
+// (scale-d = 1) misses the CPU specification by far more than FP32 rounding on H200: the
+// FP8 wgmma accumulator keeps fewer bits than FP32 (../shared/HOPPER-FP8-NOTES.md §7).
+// Measured with chained k-steps, D = 64 and 128: LSE max |diff| 3e-4 .. 3e-3 (S is already
+// off), O rel L2 0.002 .. 0.004 with 70 .. 87 % of outputs bitwise equal; the mma.sync
+// forward gives O rel L2 ~7e-6. The promoted kernel therefore issues every k32 step into a
+// fresh accumulator (scale-d = 0) and adds it to FP32 registers with FADDs: S in increasing
+// k order; O as acc = acc * alpha + sigma * step0, then acc += sigma * step1 (the addition
+// order inside a tile is free in the specification). The chained kernel stays selectable
+// for speed comparison (forward.cu).
+// The P·V product of tile n - 1 (chained: both k-steps; promoted: its first k-step) is
+// issued after S of tile n and runs while the softmax of tile n does, so the tensor cores
+// see back-to-back work from one warpgroup (a second CTA per SM fills the remaining gaps).
+// Operand tiles are loaded by cp.async (all 128 threads, three stages, one tile ahead)
+// straight into the K-major no-swizzle core-matrix layout of wgmma.cuh.
 #include <cmath>
 #include <cstring>
 
@@ -126,24 +135,43 @@ __device__ __forceinline__ void clear_vt_tail(uint8_t* tile, int valid) {
   }
 }
 
-// S = Q Kᵀ for one key tile: D/32 chained k-steps, the first with scale-d = 0.
-template <int D>
-__device__ __forceinline__ void issue_scores(TileAcc& s, uint32_t qtile, uint32_t ktile) {
+// S = Q Kᵀ for one key tile. Chained: D/32 k-steps in one accumulator, the first with
+// scale-d = 0, left in flight. Promoted: each k-step after the first goes into the fresh
+// accumulator `step` and is added to s in FP32; s is complete on return.
+template <int D, bool kPromote>
+__device__ __forceinline__ void scores(TileAcc& s, TileAcc& step, uint32_t qtile, uint32_t ktile) {
   using S = WgSmem<D>;
-  wgmma::mma_ss<false>(s, wgmma::desc<typename S::QTile>(qtile, 0), wgmma::desc<typename S::KTile>(ktile, 0));
+  auto qd = [&](int ks) { return wgmma::desc<typename S::QTile>(qtile, ks); };
+  auto kd = [&](int ks) { return wgmma::desc<typename S::KTile>(ktile, ks); };
+  wgmma::mma_ss<false>(s, qd(0), kd(0));
 #pragma unroll
-  for (int ks = 1; ks < D / 32; ++ks)
-    wgmma::mma_ss<true>(s, wgmma::desc<typename S::QTile>(qtile, ks), wgmma::desc<typename S::KTile>(ktile, ks));
-  wgmma::commit();
+  for (int ks = 1; ks < D / 32; ++ks) {
+    if constexpr (kPromote) {
+      if (ks > 1) wgmma::fence();  // s and step were touched by the previous FADDs
+      wgmma::mma_ss<false>(step, qd(ks), kd(ks));
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::pin(s);
+      wgmma::pin(step);
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = __fadd_rn(s[n][e], step[n][e]);
+    } else {
+      wgmma::mma_ss<true>(s, qd(ks), kd(ks));
+    }
+  }
+  if constexpr (!kPromote) wgmma::commit();
 }
 
-// fresh = p8 · Vᵀ tile (64 keys = 2 k-steps), a fresh FP32 accumulator per tile.
-template <int D>
+// Issues p8 · Vᵀ tile into fresh (zero-initialised: scale-d = 0). Chained: both k-steps
+// (64 keys); promoted: the first k-step only, finish_tile_product issues the second.
+template <int D, bool kPromote>
 __device__ __forceinline__ void issue_tile_product(float (&fresh)[D / 8][4], const uint32_t (&p8)[2][4],
                                                    uint32_t vttile) {
   using Vt = typename WgSmem<D>::VtTile;
   wgmma::mma_rs<false>(fresh, p8[0], wgmma::desc<Vt>(vttile, 0));
-  wgmma::mma_rs<true>(fresh, p8[1], wgmma::desc<Vt>(vttile, 1));
+  if constexpr (!kPromote) wgmma::mma_rs<true>(fresh, p8[1], wgmma::desc<Vt>(vttile, 1));
   wgmma::commit();
 }
 
@@ -184,18 +212,37 @@ __device__ __forceinline__ void softmax_tile(TileAcc& s, const float* sk, const 
   pack_fp8_a(s, inv_sigma, p8);
 }
 
-// acc = acc * alpha + sigma * fresh (sigma a power of two: the product is exact).
-template <int D>
-__device__ __forceinline__ void fold_tile(float (&acc)[D / 8][4], const float (&fresh)[D / 8][4],
-                                          const float (&alpha)[2], const float (&sigma)[2]) {
+// Waits for the product issued by issue_tile_product and folds it into acc:
+// acc = acc * alpha + sigma * fresh; promoted, then acc += sigma * (second k-step).
+// sigma is a power of two: the products with it are exact.
+template <int D, bool kPromote>
+__device__ __forceinline__ void finish_tile_product(float (&acc)[D / 8][4], float (&fresh)[D / 8][4],
+                                                    uint32_t (&p8)[2][4], uint32_t vttile,
+                                                    const float (&alpha)[2], const float (&sigma)[2]) {
+  wgmma::wait<0>();
+  wgmma::pin(fresh);
+  wgmma::pin(p8[0]);
+  wgmma::pin(p8[1]);
 #pragma unroll
   for (int n = 0; n < D / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       acc[n][e] = __fadd_rn(__fmul_rn(acc[n][e], alpha[e >> 1]), __fmul_rn(sigma[e >> 1], fresh[n][e]));
+  if constexpr (kPromote) {
+    wgmma::fence();  // fresh was read by the FADDs above
+    wgmma::mma_rs<false>(fresh, p8[1], wgmma::desc<typename WgSmem<D>::VtTile>(vttile, 1));
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::pin(fresh);
+    wgmma::pin(p8[1]);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] = __fadd_rn(acc[n][e], __fmul_rn(sigma[e >> 1], fresh[n][e]));
+  }
 }
 
-template <int D>
+template <int D, bool kPromote>
 __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_constant__ WgFwdArgs a) {
   using S = WgSmem<D>;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -263,14 +310,15 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
     const uint32_t st = base + S::stage(n % kStages);
     const uint8_t* st_ptr = smem + S::stage(n % kStages);
 
-    TileAcc s;
+    TileAcc s, s_step;
     wgmma::pin(p8[0]);  // the P·V operand is final before the fence (no copy may follow it)
     wgmma::pin(p8[1]);
     wgmma::fence();
-    issue_scores<D>(s, base + S::kQ, st + S::kK);
+    scores<D, kPromote>(s, s_step, base + S::kQ, st + S::kK);
+    const uint32_t prev_vt = base + S::stage((n + kStages - 1) % kStages) + S::kVt;
     if (n > 0) {
       wgmma::fence();  // ptxas tracks the fence per basic block; without it, it injects one here
-      issue_tile_product<D>(fresh, p8, base + S::stage((n - 1) % kStages) + S::kVt);
+      issue_tile_product<D, kPromote>(fresh, p8, prev_vt);
       wgmma::wait<1>();
     } else {
       wgmma::wait<0>();
@@ -286,13 +334,7 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
     else
       softmax_tile<false>(s, sk, sv, sq_row, mask, i0, n0, a.c, softmax, p8_next, sigma_next, alpha_next);
 
-    if (n > 0) {
-      wgmma::wait<0>();
-      wgmma::pin(fresh);
-      wgmma::pin(p8[0]);
-      wgmma::pin(p8[1]);
-      fold_tile<D>(acc, fresh, alpha, sigma);
-    }
+    if (n > 0) finish_tile_product<D, kPromote>(acc, fresh, p8, prev_vt, alpha, sigma);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       sigma[r] = sigma_next[r];
@@ -305,12 +347,9 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
   wgmma::pin(p8[0]);
   wgmma::pin(p8[1]);
   wgmma::fence();
-  issue_tile_product<D>(fresh, p8, base + S::stage((num_key_tiles - 1) % kStages) + S::kVt);
-  wgmma::wait<0>();
-  wgmma::pin(fresh);
-  wgmma::pin(p8[0]);
-  wgmma::pin(p8[1]);
-  fold_tile<D>(acc, fresh, alpha, sigma);
+  const uint32_t last_vt = base + S::stage((num_key_tiles - 1) % kStages) + S::kVt;
+  issue_tile_product<D, kPromote>(fresh, p8, last_vt);
+  finish_tile_product<D, kPromote>(acc, fresh, p8, last_vt, alpha, sigma);
 
   // Epilogue: O = acc / l -> bf16, LSE = (mc + log2 l) * ln 2.
 #pragma unroll
@@ -329,21 +368,21 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
   }
 }
 
-template <int D>
+template <int D, bool kPromote>
 cudaError_t launch(const WgFwdArgs& a, int64_t slots, cudaStream_t stream) {
   constexpr int kSmem = WgSmem<D>::kBytes;
   if (kSmem > 48 * 1024) {
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(forward_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    static const cudaError_t attr = cudaFuncSetAttribute(forward_wgmma_kernel<D, kPromote>,
+                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (attr != cudaSuccess) return attr;
   }
-  forward_wgmma_kernel<D><<<unsigned(slots * a.hq), kThreads, kSmem, stream>>>(a);
+  forward_wgmma_kernel<D, kPromote><<<unsigned(slots * a.hq), kThreads, kSmem, stream>>>(a);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse) {
+cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse, bool promote) {
   if (p.total_tokens == 0) return cudaSuccess;
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
                                               p.recipe, false);
@@ -365,8 +404,11 @@ cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* l
   a.hkv = p.hkv;
   a.causal = p.causal;
   a.c = p.softmax_scale * 1.4426950408889634f;
-  if (p.head_dim == 64) return launch<64>(a, layout.sched_capacity, p.stream);
-  if (p.head_dim == 128) return launch<128>(a, layout.sched_capacity, p.stream);
+  const int64_t slots = layout.sched_capacity;
+  if (p.head_dim == 64)
+    return promote ? launch<64, true>(a, slots, p.stream) : launch<64, false>(a, slots, p.stream);
+  if (p.head_dim == 128)
+    return promote ? launch<128, true>(a, slots, p.stream) : launch<128, false>(a, slots, p.stream);
   return cudaErrorInvalidValue;
 }
 
