@@ -23,17 +23,18 @@ x-dependent rounding already reaches position t-1) gets a gradient.
 
 Two variants, therefore:
   amplified  the data supplies (a) and (b): the copy's input embedding is multiplied by
-             2^(a0 + x) and the first layer's k and v projections read the residual
-             stream without RMSNorm, so the copy's magnitude reaches the quantizer. With
-             per-tensor scales the secret then sets each head's scale and flushes a
-             secret-dependent set of small past values (the MARK token's own key/value
+             2^(a0 + x) and the first layer's v projection reads the residual stream
+             without RMSNorm, so the copy's magnitude reaches the quantizer. With
+             per-tensor scales the secret then sets each head's V scale and flushes a
+             secret-dependent set of small past values (the MARK token's own value
              included): a leak the model can learn to read. This is the positive test for
-             the quantizer. q stays normalized: with q and k both raw the copy's
-             self-logit grows as 4^(a0 + x) (about 2e9 at init), beyond what an online
-             softmax can take: exp2(s*c - m*c) with m*c rounded to fp32 is off by up to
-             ulp(m*c)/2 = 2^7 in the exponent there, so the kernel's exp overflows to Inf,
-             the copy's row turns NaN, and 0 * NaN in the backward poisons every weight.
-             With only k/v raw the logits grow linearly (max logit reported per run).
+             the quantizer. q and k stay normalized so attention logits keep their usual
+             size: with q and k both raw the copy's self-logit grows as 4^(a0 + x) (about
+             2e9 at init), beyond what an online softmax can take (exp2(s*c - m*c) with
+             m*c rounded to fp32 is off by up to ulp(m*c)/2 = 2^7 in the exponent there),
+             so fused kernels overflow to Inf, the copy's row turns NaN, and 0 * NaN in
+             the backward poisons every weight. Raw k alone keeps logits linear in the
+             magnitude but they still reach ~1e6 after training (--raw-inputs kv).
   natural    a standard pre-norm model, all input magnitudes 1. A leak would need the
              model to discover (a) and (b) without gradient; expected: no leak.
 
@@ -91,8 +92,8 @@ class Task:
     t_hi: int = 32
     g_lo: int = 2       # copy at t+g, g in [g_lo, g_hi]
     g_hi: int = 24
-    a0: float = 11.0    # amplified copy magnitude 2^(a0 + x): k/v amax up to ~2^17, well
-                        # inside bf16; the per-tensor power-of-two scale (<= 2^9) keeps it
+    a0: float = 11.0    # amplified copy magnitude 2^(a0 + x): V amax up to ~2^17, well
+                        # inside bf16; the per-tensor power-of-two scale (<= 2^9) brings it
                         # under the E4M3 max of 448
 
     @property
@@ -145,7 +146,7 @@ def to_batch(d: dict[str, np.ndarray], S: int, device: torch.device) -> M.Packed
 
 
 def build_model(task: Task, scheme: str, variant: str, scope: str, seed: int,
-                device: torch.device, raw_inputs: str = "kv") -> M.Model:
+                device: torch.device, raw_inputs: str = "v") -> M.Model:
     kind = "bf16" if scheme == "bf16_noncausal" else scheme
     cfg = M.ModelConfig(vocab_size=task.vocab, d_model=128, n_layers=2, n_heads=2, n_kv_heads=1,
                         head_dim=64, ffn_hidden=384, max_seq_len=task.S, attention=kind,
@@ -323,7 +324,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--margin", type=float, default=0.05, help="nats below ln K that count as a learned leak")
     ap.add_argument("--scale-scope", choices=("sequence", "pack"), default="sequence",
                     help="per_tensor_fp8: one scale per (sequence, head) or per (whole pack, head)")
-    ap.add_argument("--raw-inputs", default="kv", choices=("kv", "v", "qkv"),
+    ap.add_argument("--raw-inputs", default="v", choices=("v", "kv", "qkv"),
                     help="amplified variant: first-layer projections that read the un-normalized "
                          "stream (qkv makes the copy's self-logit ~2e9: NaN in fused kernels)")
     ap.add_argument("--seed", type=int, default=7)
