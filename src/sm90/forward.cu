@@ -195,9 +195,10 @@ cudaError_t launch_forward(const FwdArgs& a, int64_t slots, cudaStream_t stream)
 
 }  // namespace
 
-// forward_wgmma.cu, until it replaces this kernel: FLAMIA_FORWARD_KERNEL=wgmma selects it
-// with FP32 promotion of every wgmma k-step, =wgmma_chained with k-steps chained in the
-// tensor core's accumulator (faster, but off the specification by more than FP32 noise).
+// forward_wgmma.cu, an experiment until a wgmma backward joins it (its S differs from the
+// backward's, see there): FLAMIA_FORWARD_KERNEL=wgmma selects it with FP32 promotion of every
+// wgmma k-step, =wgmma_chained with k-steps chained in the tensor core's accumulator
+// (faster, further off the specification).
 cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse, bool promote);
 
 cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse) {
