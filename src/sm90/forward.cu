@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "sm90/forward_args.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
 #include "sm90/schedule.cuh"
@@ -23,23 +24,6 @@
 namespace flamia {
 namespace sm90 {
 namespace {
-
-struct FwdArgs {
-  const uint8_t* q8;   // [T, Hq, D]
-  const uint8_t* k8;   // [T, Hkv, D]
-  const uint8_t* vt8;  // [Hkv][D][Tpad]
-  const float* sq;     // [Hq][T]
-  const float* sk;     // [Hkv][T]
-  const float* sv;     // [Hkv][T]
-  const int32_t* cu_seqlens;
-  WorkList work;
-  uint16_t* out;       // bf16 [T, Hq, D]
-  float* lse;          // [Hq][T]
-  int64_t total_tokens, tpad;
-  int hq, hkv;
-  bool causal;
-  float c;             // softmax_scale * log2(e)
-};
 
 template <int D>
 struct FwdSmem {
@@ -211,29 +195,10 @@ cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse) {
   }();
   if (kernel != Kernel::kMmaSync) return forward_wgmma(p, qkv8, out, lse, kernel == Kernel::kWgmma);
   if (p.total_tokens == 0) return cudaSuccess;
-  // The forward regions of qkv8 do not depend on for_backward or the recipe (layout.cuh).
-  const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
-                                              p.recipe, false);
-  const uint8_t* base = static_cast<const uint8_t*>(qkv8);
-  FwdArgs a;
-  a.q8 = base + layout.q8;
-  a.k8 = base + layout.k8;
-  a.vt8 = base + layout.vt8;
-  a.sq = reinterpret_cast<const float*>(base + layout.sq);
-  a.sk = reinterpret_cast<const float*>(base + layout.sk);
-  a.sv = reinterpret_cast<const float*>(base + layout.sv);
-  a.cu_seqlens = p.cu_seqlens;
-  a.work = work_list(base, layout);
-  a.out = static_cast<uint16_t*>(out);
-  a.lse = lse;
-  a.total_tokens = p.total_tokens;
-  a.tpad = layout.tpad;
-  a.hq = p.hq;
-  a.hkv = p.hkv;
-  a.causal = p.causal;
-  a.c = p.softmax_scale * 1.4426950408889634f;
-  if (p.head_dim == 64) return launch_forward<64>(a, layout.sched_capacity, p.stream);
-  if (p.head_dim == 128) return launch_forward<128>(a, layout.sched_capacity, p.stream);
+  int64_t slots = 0;
+  const FwdArgs a = make_fwd_args(p, qkv8, out, lse, &slots);
+  if (p.head_dim == 64) return launch_forward<64>(a, slots, p.stream);
+  if (p.head_dim == 128) return launch_forward<128>(a, slots, p.stream);
   return cudaErrorInvalidValue;
 }
 

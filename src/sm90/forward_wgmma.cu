@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "sm90/forward_args.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
 #include "sm90/schedule.cuh"
@@ -47,23 +48,6 @@
 namespace flamia {
 namespace sm90 {
 namespace {
-
-struct WgFwdArgs {
-  const uint8_t* q8;   // [T, Hq, D]
-  const uint8_t* k8;   // [T, Hkv, D]
-  const uint8_t* vt8;  // [Hkv][D][Tpad]
-  const float* sq;     // [Hq][T]
-  const float* sk;     // [Hkv][T]
-  const float* sv;     // [Hkv][T]
-  const int32_t* cu_seqlens;
-  WorkList work;
-  uint16_t* out;       // bf16 [T, Hq, D]
-  float* lse;          // [Hq][T]
-  int64_t total_tokens, tpad;
-  int hq, hkv;
-  bool causal;
-  float c;             // softmax_scale * log2(e)
-};
 
 constexpr int kStages = 3;  // key tiles in shared memory: loading, read by S, read by P·V
 
@@ -124,13 +108,7 @@ __device__ __forceinline__ void clear_vt_tail(uint8_t* tile, int valid) {
   const int group = valid >> 4, keep = valid & 15;
   if (valid >= kTileTokens || keep == 0 || ((int(threadIdx.x) >> 3) & 3) != group) return;
   uint32_t mask[4];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    mask[w] = 0;
-#pragma unroll
-    for (int bb = 0; bb < 4; ++bb)
-      if (quant::fragment_order_token(4 * w + bb) < keep) mask[w] |= 0xffu << (8 * bb);
-  }
+  tail_group_mask(keep, mask);
 #pragma unroll
   for (int k = 0; k < D * 4 / kThreads; ++k) {
     const int idx = int(threadIdx.x) + k * kThreads;
@@ -250,7 +228,7 @@ __device__ __forceinline__ void finish_tile_product(float (&acc)[D / 8][4], floa
 }
 
 template <int D, bool kPromote>
-__global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_constant__ WgFwdArgs a) {
+__global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_constant__ FwdArgs a) {
   using S = WgSmem<D>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
@@ -376,7 +354,7 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
 }
 
 template <int D, bool kPromote>
-cudaError_t launch(const WgFwdArgs& a, int64_t slots, cudaStream_t stream) {
+cudaError_t launch(const FwdArgs& a, int64_t slots, cudaStream_t stream) {
   constexpr int kSmem = WgSmem<D>::kBytes;
   if (kSmem > 48 * 1024) {
     static const cudaError_t attr = cudaFuncSetAttribute(forward_wgmma_kernel<D, kPromote>,
@@ -391,27 +369,8 @@ cudaError_t launch(const WgFwdArgs& a, int64_t slots, cudaStream_t stream) {
 
 cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse, bool promote) {
   if (p.total_tokens == 0) return cudaSuccess;
-  const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
-                                              p.recipe, false);
-  const uint8_t* base = static_cast<const uint8_t*>(qkv8);
-  WgFwdArgs a;
-  a.q8 = base + layout.q8;
-  a.k8 = base + layout.k8;
-  a.vt8 = base + layout.vt8;
-  a.sq = reinterpret_cast<const float*>(base + layout.sq);
-  a.sk = reinterpret_cast<const float*>(base + layout.sk);
-  a.sv = reinterpret_cast<const float*>(base + layout.sv);
-  a.cu_seqlens = p.cu_seqlens;
-  a.work = work_list(base, layout);
-  a.out = static_cast<uint16_t*>(out);
-  a.lse = lse;
-  a.total_tokens = p.total_tokens;
-  a.tpad = layout.tpad;
-  a.hq = p.hq;
-  a.hkv = p.hkv;
-  a.causal = p.causal;
-  a.c = p.softmax_scale * 1.4426950408889634f;
-  const int64_t slots = layout.sched_capacity;
+  int64_t slots = 0;
+  const FwdArgs a = make_fwd_args(p, qkv8, out, lse, &slots);
   if (p.head_dim == 64)
     return promote ? launch<64, true>(a, slots, p.stream) : launch<64, false>(a, slots, p.stream);
   if (p.head_dim == 128)

@@ -111,6 +111,17 @@ __device__ __forceinline__ void load_fp8_cols(uint32_t dst, const uint8_t* src, 
     ptx::cp_async_16(dst + k * kRowsPerPass * Fp8ColTile<D>::kStride, src + k * kRowsPerPass * tpad, ok);
 }
 
+// Byte masks over one fragment-ordered 16-token group (4 words) keeping tokens < keep.
+__device__ __forceinline__ void tail_group_mask(int keep, uint32_t (&mask)[4]) {
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    mask[w] = 0;
+#pragma unroll
+    for (int bb = 0; bb < 4; ++bb)
+      if (quant::fragment_order_token(4 * w + bb) < keep) mask[w] |= 0xffu << (8 * bb);
+  }
+}
+
 // After this thread's copies of load_fp8_cols landed (cp_async_wait) and before the CTA
 // barrier: zero the positions of tokens >= valid in the partial 16-token group. The same
 // thread -> chunk mapping as load_fp8_cols, so each thread only touches bytes it copied.
@@ -119,13 +130,7 @@ __device__ __forceinline__ void clear_cols_tail(uint8_t* tile, int valid) {
   const int group = valid >> 4, keep = valid & 15;
   if (valid >= kTileTokens || keep == 0 || (threadIdx.x & 3) != group) return;
   uint32_t mask[4];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    mask[w] = 0;
-#pragma unroll
-    for (int bb = 0; bb < 4; ++bb)
-      if (quant::fragment_order_token(4 * w + bb) < keep) mask[w] |= 0xffu << (8 * bb);
-  }
+  tail_group_mask(keep, mask);
 #pragma unroll
   for (int k = 0; k < D * 4 / kThreads; ++k) {
     const int d = (int(threadIdx.x) >> 2) + k * (kThreads / 4);

@@ -1,0 +1,59 @@
+// Kernel arguments of the forward, shared by the mma.sync (forward.cu) and wgmma
+// (forward_wgmma.cu) mainloops: both read the same qkv8 regions and write the same outputs.
+#pragma once
+
+#include <cstdint>
+
+#include "quantize/layout.cuh"
+#include "sm90/schedule.cuh"
+#include "sm90/sm90.h"
+
+namespace flamia {
+namespace sm90 {
+
+struct FwdArgs {
+  const uint8_t* q8;   // [T, Hq, D]
+  const uint8_t* k8;   // [T, Hkv, D]
+  const uint8_t* vt8;  // [Hkv][D][Tpad]
+  const float* sq;     // [Hq][T]
+  const float* sk;     // [Hkv][T]
+  const float* sv;     // [Hkv][T]
+  const int32_t* cu_seqlens;
+  WorkList work;
+  uint16_t* out;       // bf16 [T, Hq, D]
+  float* lse;          // [Hq][T]
+  int64_t total_tokens, tpad;
+  int hq, hkv;
+  bool causal;
+  float c;             // softmax_scale * log2(e)
+};
+
+// The forward regions of qkv8 do not depend on for_backward or the recipe (layout.cuh).
+// slots: the work list's capacity, i.e. the grid size over heads.
+inline FwdArgs make_fwd_args(const Params& p, const void* qkv8, void* out, float* lse, int64_t* slots) {
+  const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
+                                              p.recipe, false);
+  const uint8_t* base = static_cast<const uint8_t*>(qkv8);
+  FwdArgs a;
+  a.q8 = base + layout.q8;
+  a.k8 = base + layout.k8;
+  a.vt8 = base + layout.vt8;
+  a.sq = reinterpret_cast<const float*>(base + layout.sq);
+  a.sk = reinterpret_cast<const float*>(base + layout.sk);
+  a.sv = reinterpret_cast<const float*>(base + layout.sv);
+  a.cu_seqlens = p.cu_seqlens;
+  a.work = work_list(base, layout);
+  a.out = static_cast<uint16_t*>(out);
+  a.lse = lse;
+  a.total_tokens = p.total_tokens;
+  a.tpad = layout.tpad;
+  a.hq = p.hq;
+  a.hkv = p.hkv;
+  a.causal = p.causal;
+  a.c = p.softmax_scale * 1.4426950408889634f;
+  *slots = layout.sched_capacity;
+  return a;
+}
+
+}  // namespace sm90
+}  // namespace flamia
