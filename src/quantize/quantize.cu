@@ -22,13 +22,6 @@
 // - The work list was a separate one-block launch whose loop did, per tile of the longest
 //   document, a dependent global atomic and load (~0.3 us each): ~20 us for fixed-4k and
 //   ~150 us for fixed-32k, plus a launch gap. In block 0 it is parallel and hidden.
-// - Sector-aligned transposed writes: a [h][d] row starts at (h D + d) Tpad, so when Tpad is
-//   16 mod 32 (an odd number of 16-token groups, e.g. one document of 32k tokens) every
-//   other row starts half a 32-byte sector off, and a block's 128-byte run of such a row
-//   begins and ends in half sectors that neighbouring blocks complete; measured ~12 % slower
-//   (fixed-32k vs fixed-16k, same grid). Then blocks also quantize the next block's first
-//   group (recomputed bit-identically, its loads mostly L2 hits) and write those rows
-//   shifted by one group, so every store covers whole sectors.
 // Expected: ~3.4-3.6 TB/s (fixed-*: ~0.23-0.24 ms, pack-128k ~0.93 ms, llama8b ~0.47 ms).
 #include "quantize/quantize.cuh"
 
@@ -43,7 +36,6 @@ namespace {
 constexpr int kWarps = 8;  // 16-token groups per block
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockPositions = kWarps * kTokenGroup;
-constexpr int kSector = 32;  // bytes: L2/DRAM write granule
 
 struct QuantTensor {
   const uint16_t* src = nullptr;      // bf16 [T, H, D], head_dim contiguous
@@ -81,20 +73,6 @@ __device__ __forceinline__ int doc_of_padded_position(const int32_t* cu, int num
   return lo;
 }
 
-// Rows of the 16-token group at padded position pos (0: padding, or past Tpad) and its first
-// token. Called by the whole warp.
-__device__ __forceinline__ int group_rows(const QuantBatch& batch, int64_t pos, int lane,
-                                          int64_t& tok0) {
-  tok0 = 0;
-  if (pos >= batch.tpad) return 0;
-  const int b = doc_of_padded_position(batch.cu, batch.num_docs, pos, lane);
-  const int64_t doc_first = __ldg(batch.cu + b);
-  const int64_t local = pos - padded_doc_start(doc_first, b);
-  const int64_t left = int64_t(__ldg(batch.cu + b + 1)) - doc_first - local;
-  tok0 = doc_first + local;
-  return left <= 0 ? 0 : (left >= kTokenGroup ? kTokenGroup : int(left));
-}
-
 // Max of |x| over the 8 bf16 of a 16-byte chunk, as bits (NaN compares above Inf, so a
 // non-finite row gets a NaN scale instead of being saturated).
 __device__ __forceinline__ uint32_t abs_max_bits_bf16x8(uint4 v) {
@@ -121,20 +99,6 @@ __device__ __forceinline__ uint2 quantize_bf16x8(uint4 v, float inv_scale) {
                     sm90::ptx::pack_e4m3x4(f[4], f[5], f[6], f[7]));
 }
 
-// A lane's 16-byte chunk of a row -> its 8 codes and the row's scale (reduced over the
-// kLanesPerRow lanes of the row). A non-finite row keeps its NaN scale, which carries the NaN
-// into every product the token takes part in, but gets zero codes: NaN codes would also
-// reach the rows that merely mask this token out, through 0 * NaN inside an MMA.
-template <int kLanesPerRow>
-__device__ __forceinline__ uint2 quantize_row_chunk(uint4 x, float& scale) {
-  uint32_t amax = abs_max_bits_bf16x8(x);
-#pragma unroll
-  for (int off = kLanesPerRow / 2; off > 0; off >>= 1)
-    amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  scale = fmt::pow2_scale(__uint_as_float(amax << 16));
-  return fmt::is_nan_f32(scale) ? make_uint2(0u, 0u) : quantize_bf16x8(x, __frcp_rn(scale));
-}
-
 __device__ __forceinline__ float dot_bf16x8(uint4 a, uint4 b) {
   const uint32_t x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
   float s = 0.0f;
@@ -157,34 +121,16 @@ __device__ __forceinline__ void transpose_4x4_bytes(uint32_t a, uint32_t b, uint
   out[3] = __byte_perm(ab23, cd23, 0x7632);
 }
 
-// Shared tile of a block's FP8 rows: [group g][token r][column quad j] (D / 4 words a row);
-// group kWarps is the next block's group 0 (sector-aligned writes, file comment).
+// Shared tile of a block's FP8 rows: [group g][token r][column quad j] (D / 4 words a row).
 // Word j of a row is stored at j ^ (4g mod D/4) and row r at r ^ (g >> 2): the transpose's
-// reads (8 consecutive groups x 4 quads per warp) then hit 32 distinct banks, the row writes
-// stay 8-byte pairs.
+// reads (8 groups x 4 quads per warp) then hit 32 distinct banks, the row writes stay
+// 8-byte pairs.
 template <int D>
 struct StageTile {
   static constexpr int kQuads = D / 4;
-  uint32_t w[kWarps + 1][kTokenGroup][kQuads];
+  uint32_t w[kWarps][kTokenGroup][kQuads];
   __device__ __forceinline__ uint32_t* at(int g, int r, int j) {
     return &w[g][r ^ (g >> 2)][j ^ ((4 * g) % kQuads)];
-  }
-  // Fragment-order bytes of group g for the rows of column quad j: col[k] is row 4j + k.
-  __device__ __forceinline__ void columns(int g, int j, uint4 (&col)[4]) {
-    uint32_t v[kTokenGroup];
-#pragma unroll
-    for (int r = 0; r < kTokenGroup; ++r) v[r] = *at(g, r, j);
-    uint32_t c[4][4];  // [column k][word qd]
-#pragma unroll
-    for (int qd = 0; qd < 4; ++qd) {
-      uint32_t out[4];
-      // Word qd of a group holds tokens 2qd, 2qd+1, 8+2qd, 9+2qd (fragment_order_token).
-      transpose_4x4_bytes(v[2 * qd], v[2 * qd + 1], v[8 + 2 * qd], v[9 + 2 * qd], out);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) c[k][qd] = out[k];
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) col[k] = make_uint4(c[k][0], c[k][1], c[k][2], c[k][3]);
   }
 };
 
@@ -217,24 +163,19 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   const QuantTensor& t = which == 0 ? batch.t[0] : which == 1 ? batch.t[1] : batch.t[2];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int64_t tok0;
-  const int rows = group_rows(batch, block_pos + warp * kTokenGroup, lane, tok0);
-  // Odd rows of the transposed copy start half a sector off (file comment): stage the next
-  // block's group 0 too, one pass of it per warp. Uniform over the block. Not for the dO
-  // variant: it has no registers to spare (spills).
-  const bool shift = !kDot && t.trans != nullptr && batch.tpad % kSector != 0;
-  const bool next_pass = shift && warp < kPasses;
-  const int next_r = warp * kRowsPerPass + lane / kLanesPerRow;
+  const int64_t pos0 = block_pos + warp * kTokenGroup;
+  int rows = 0;  // 0: padding, or past Tpad
+  int64_t tok0 = 0;
+  if (pos0 < batch.tpad) {
+    const int b = doc_of_padded_position(batch.cu, batch.num_docs, pos0, lane);
+    const int64_t doc_first = __ldg(batch.cu + b);
+    const int64_t local = pos0 - padded_doc_start(doc_first, b);
+    const int64_t left = int64_t(__ldg(batch.cu + b + 1)) - doc_first - local;
+    rows = left <= 0 ? 0 : (left >= kTokenGroup ? kTokenGroup : int(left));
+    tok0 = doc_first + local;
+  }
 
   const int chunk = lane % kLanesPerRow;
-  uint4 next_x = make_uint4(0, 0, 0, 0);  // in flight with the group's own rows
-  if (next_pass) {
-    int64_t next_tok0;
-    const int next_rows = group_rows(batch, block_pos + kBlockPositions, lane, next_tok0);
-    if (next_r < next_rows)
-      next_x = __ldcs(reinterpret_cast<const uint4*>(
-          t.src + (next_tok0 + next_r) * t.stride_t + head * t.stride_h + 8 * chunk));
-  }
   uint4 x[kPasses], o[kPasses];
 #pragma unroll
   for (int it = 0; it < kPasses; ++it) {
@@ -251,8 +192,15 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
 #pragma unroll
   for (int it = 0; it < kPasses; ++it) {
     const int r = it * kRowsPerPass + lane / kLanesPerRow;
-    float scale;
-    const uint2 q = quantize_row_chunk<kLanesPerRow>(x[it], scale);
+    uint32_t amax = abs_max_bits_bf16x8(x[it]);
+#pragma unroll
+    for (int off = kLanesPerRow / 2; off > 0; off >>= 1)
+      amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float scale = fmt::pow2_scale(__uint_as_float(amax << 16));
+    // A non-finite row keeps its NaN scale, which carries the NaN into every product the
+    // token takes part in, but gets zero codes: NaN codes would also reach the rows that
+    // merely mask this token out, through 0 * NaN inside an MMA.
+    const uint2 q = fmt::is_nan_f32(scale) ? make_uint2(0u, 0u) : quantize_bf16x8(x[it], __frcp_rn(scale));
     // Gather the group's scales (and dots) into lanes 0..15, for one coalesced store each:
     // src_lane holds row it * kRowsPerPass + lane % kRowsPerPass.
     const int src_lane = (lane % kRowsPerPass) * kLanesPerRow;
@@ -277,34 +225,30 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   }
 
   if (t.trans == nullptr) return;  // uniform over the block
-  if (next_pass) {
-    // Same inputs and arithmetic as the next block's warp 0: the same bytes.
-    float scale;
-    const uint2 q = quantize_row_chunk<kLanesPerRow>(next_x, scale);
-    *reinterpret_cast<uint2*>(tile.at(kWarps, next_r, 2 * chunk)) = q;
-  }
   __syncthreads();
   // Item (group g, column quad j) -> the 16-byte fragment-order groups of rows 4j..4j+3.
   // g runs fastest over the lanes, so each store covers 128 contiguous bytes of 4 rows.
-  // With shift, odd rows (k = 1, 3: D is even) take group g + 1 at pos + 16 instead; their
-  // position 0 has no previous block and stays with block_pos 0.
   constexpr int kItems = kWarps * (D / 4);
   for (int item = threadIdx.x; item < kItems; item += kThreads) {
     const int g = item % kWarps, j = item / kWarps;
     const int64_t pos = block_pos + g * kTokenGroup;
     if (pos >= batch.tpad) continue;
-    uint8_t* dst = t.trans + (int64_t(head) * D + 4 * j) * batch.tpad + pos;
-    uint4 col[4];
-    tile.columns(g, j, col);
-    const bool odd_here = !shift || (block_pos == 0 && g == 0);
+    uint32_t w[kTokenGroup];
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (k % 2 == 0 || odd_here) *reinterpret_cast<uint4*>(dst + k * batch.tpad) = col[k];
-    if (shift && pos + kTokenGroup < batch.tpad) {
-      tile.columns(g + 1, j, col);
+    for (int r = 0; r < kTokenGroup; ++r) w[r] = *tile.at(g, r, j);
+    uint32_t col[4][4];  // [column k][word qd]
 #pragma unroll
-      for (int k = 1; k < 4; k += 2)
-        *reinterpret_cast<uint4*>(dst + k * batch.tpad + kTokenGroup) = col[k];
+    for (int qd = 0; qd < 4; ++qd) {
+      uint32_t out[4];
+      // Word qd of a group holds tokens 2qd, 2qd+1, 8+2qd, 9+2qd (fragment_order_token).
+      transpose_4x4_bytes(w[2 * qd], w[2 * qd + 1], w[8 + 2 * qd], w[9 + 2 * qd], out);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) col[k][qd] = out[k];
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint8_t* dst = t.trans + (int64_t(head) * D + 4 * j + k) * batch.tpad + pos;
+      *reinterpret_cast<uint4*>(dst) = make_uint4(col[k][0], col[k][1], col[k][2], col[k][3]);
     }
   }
 }
