@@ -291,6 +291,15 @@ struct CheckResult {
   bool identical() const { return forward_identical && backward_identical; }
 };
 
+// Perturbs q, k, v and dout of packed tokens [t0, t1), in that order (one RNG stream).
+inline void perturb_tokens(Pack& pk, int64_t t0, int64_t t1, Perturbation kind, std::mt19937_64& rng) {
+  const Problem& p = pk.p;
+  perturb_rows(pk.q, t0, t1, p.hq, p.head_dim, kind, rng);
+  perturb_rows(pk.k, t0, t1, p.hkv, p.head_dim, kind, rng);
+  perturb_rows(pk.v, t0, t1, p.hkv, p.head_dim, kind, rng);
+  perturb_rows(pk.dout, t0, t1, p.hq, p.head_dim, kind, rng);
+}
+
 // Causal safety at position t (inside document `doc`): change q/k/v/dout of the tokens of
 // the document after t, then compare O and LSE (forward) and dQ (backward) at the
 // document's positions <= t. `base` holds the unperturbed outputs (with backward).
@@ -300,10 +309,7 @@ inline CheckResult check_causal(const Pack& pk, const EmulationConfig& cfg, cons
   const int64_t d0 = pk.doc_begin(doc), d1 = pk.doc_end(doc), cut = d0 + t + 1;
   Pack alt = pk;
   std::mt19937_64 rng(seed);
-  perturb_rows(alt.q, cut, d1, p.hq, p.head_dim, kind, rng);
-  perturb_rows(alt.k, cut, d1, p.hkv, p.head_dim, kind, rng);
-  perturb_rows(alt.v, cut, d1, p.hkv, p.head_dim, kind, rng);
-  perturb_rows(alt.dout, cut, d1, p.hq, p.head_dim, kind, rng);
+  perturb_tokens(alt, cut, d1, kind, rng);
   const bool backward = !base.dq.empty();
   const Outputs r = run_emulation(alt, cfg, backward);
   CheckResult c;
@@ -321,10 +327,7 @@ inline CheckResult check_isolation(const Pack& pk, const EmulationConfig& cfg, c
   const int64_t d0 = pk.doc_begin(doc), d1 = pk.doc_end(doc), T = p.total_tokens;
   Pack alt = pk;
   std::mt19937_64 rng(seed);
-  perturb_rows(alt.q, d0, d1, p.hq, p.head_dim, kind, rng);
-  perturb_rows(alt.k, d0, d1, p.hkv, p.head_dim, kind, rng);
-  perturb_rows(alt.v, d0, d1, p.hkv, p.head_dim, kind, rng);
-  perturb_rows(alt.dout, d0, d1, p.hq, p.head_dim, kind, rng);
+  perturb_tokens(alt, d0, d1, kind, rng);
   const bool backward = !base.dq.empty();
   const Outputs r = run_emulation(alt, cfg, backward);
   CheckResult c;
