@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC=${1:-nvcc}
 status=0
-for f in src/sm90/*.cu src/quantize/*.cu; do
+for f in $(find src/sm90 src/quantize -name "*.cu" | sort); do
   log=$("$NVCC" -std=c++17 -cubin -o /dev/null -gencode=arch=compute_90a,code=sm_90a \
         --expt-relaxed-constexpr -Xptxas -v -I include -I src "$f" 2>&1) || { echo "$log"; exit 1; }
   if grep -E "C75(08|10|17|19)" <<<"$log"; then

@@ -21,7 +21,7 @@
 
 #include "flamia/flamia.h"
 #include "flamia/formats.h"
-#include "sm90/sm90.h"
+#include "common/tiles.h"
 
 namespace flamia {
 namespace quant {
@@ -42,12 +42,26 @@ FLAMIA_HD int64_t padded_doc_start(int64_t doc_first_token, int64_t doc) {
 // Token (0..15) stored at fragment-order position p (0..15) of a 16-token group.
 FLAMIA_HD int fragment_order_token(int p) { return 8 * ((p & 3) >> 1) + 2 * (p >> 2) + (p & 1); }
 
-// Work-list capacity: a document of L tokens has ceil(L/64) tiles, so the pack has at
-// most ceil(T/64) + B of them. Same tile size for every kernel (they must be equal).
-static_assert(sm90::kFwdBlockN == sm90::kBwdBlockM && sm90::kBwdBlockM == sm90::kBwdBlockN,
-              "the work list assumes one tile size");
-constexpr int kTile = sm90::kFwdBlockN;
-FLAMIA_HD int64_t max_tiles_per_doc(int64_t total_tokens) { return (total_tokens + kTile - 1) / kTile; }
+// Work lists: one over 64-token tiles (backward kernels and the reference forward, whose
+// tiles are all 64) and one over the fast forward's 128-row query tiles. A document of L
+// tokens has ceil(L / tile) tiles, so a pack has at most ceil(T / tile) + B of them.
+static_assert(tiles::kRefFwdBlockN == tiles::kBwdBlockM && tiles::kBwdBlockM == tiles::kBwdBlockN,
+              "the 64-token work list assumes one tile size");
+constexpr int kTile = tiles::kBwdBlockM;
+constexpr int kFwdTile = tiles::kFwdBlockM;
+FLAMIA_HD int64_t max_tiles_per_doc(int64_t total_tokens, int tile = kTile) {
+  return (total_tokens + tile - 1) / tile;
+}
+
+// Regions of one work list in qkv8.
+struct WorkListRegions {
+  int tile = kTile;
+  int64_t capacity = 0;  // entries
+  int64_t nt_cap = 0;    // bound on tiles per document
+  size_t count = 0;      // int: number of work items
+  size_t items = 0;      // int2 [capacity]: (document, tile)
+  size_t scratch = 0;    // int [3 (nt_cap + 1)]: counting-sort scratch
+};
 
 class Builder {
  public:
@@ -62,16 +76,24 @@ class Builder {
   size_t size_ = 0;
 };
 
+inline WorkListRegions add_work_list(Builder& b, int64_t total_tokens, int64_t num_docs, int tile) {
+  WorkListRegions w;
+  w.tile = tile;
+  w.nt_cap = max_tiles_per_doc(total_tokens, tile);
+  w.capacity = w.nt_cap + num_docs;
+  w.count = b.add(sizeof(int));
+  w.items = b.add(size_t(w.capacity) * 2 * sizeof(int));
+  w.scratch = b.add(size_t(3 * (w.nt_cap + 1)) * sizeof(int));
+  return w;
+}
+
 struct Qkv8Layout {
   int64_t tpad = 0;
-  int64_t sched_capacity = 0;  // work-list entries
-  int64_t nt_cap = 0;          // bound on tiles per document
   // Forward regions.
   size_t q8 = 0, k8 = 0, vt8 = 0;           // [T,Hq,D], [T,Hkv,D], [Hkv][D][Tpad]
   size_t sq = 0, sk = 0, sv = 0;            // fp32 [H][T]
-  size_t sched_count = 0;                   // int: number of work items
-  size_t sched_items = 0;                   // int2 [sched_capacity]: (document, tile)
-  size_t sched_scratch = 0;                 // int [3 (nt_cap + 1)]: counting-sort scratch
+  WorkListRegions work;                     // 64-token tiles
+  WorkListRegions fwd_work;                 // the fast forward's 128-row query tiles
   // Backward-only regions (0 when absent).
   size_t v8 = 0;                            // [T,Hkv,D]
   size_t qt8 = 0, kt8 = 0;                  // fp8 recipe: [Hq][D][Tpad], [Hkv][D][Tpad]
@@ -82,8 +104,6 @@ struct Qkv8Layout {
     Qkv8Layout l;
     const size_t T = size_t(total_tokens), D = size_t(head_dim);
     l.tpad = padded_tokens(total_tokens, num_docs);
-    l.nt_cap = max_tiles_per_doc(total_tokens);
-    l.sched_capacity = l.nt_cap + num_docs;
     Builder b;
     l.q8 = b.add(T * hq * D);
     l.k8 = b.add(T * hkv * D);
@@ -91,9 +111,8 @@ struct Qkv8Layout {
     l.sq = b.add(T * hq * sizeof(float));
     l.sk = b.add(T * hkv * sizeof(float));
     l.sv = b.add(T * hkv * sizeof(float));
-    l.sched_count = b.add(sizeof(int));
-    l.sched_items = b.add(size_t(l.sched_capacity) * 2 * sizeof(int));
-    l.sched_scratch = b.add(size_t(3 * (l.nt_cap + 1)) * sizeof(int));
+    l.work = add_work_list(b, total_tokens, num_docs, kTile);
+    l.fwd_work = add_work_list(b, total_tokens, num_docs, kFwdTile);
     if (for_backward) {
       l.v8 = b.add(T * hkv * D);
       if (recipe == FLAMIA_RECIPE_FP8) {

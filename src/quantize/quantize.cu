@@ -1,7 +1,7 @@
 // Fused per-token FP8 quantizer (docs/ALGORITHM.md §1): one pass over bf16 q/k/v (or dO)
 // writes every layout the kernels read — natural [T,H,D] FP8, transposed [H][D][Tpad] FP8
 // in fragment order (layout.cuh), per-(token, head) scales — and, for dO, D = rowsum(dO*O).
-// quantize_qkv also builds the work list (work_list.cuh) in block 0 of the same grid.
+// quantize_qkv also builds the work lists (work_list.cuh) in blocks 0 and 1 of the same grid.
 //
 // Work unit: one warp per 16-token group of the padded token axis of one head; a block takes
 // 8 consecutive groups (128 padded positions) of one head. A group maps to one document (or
@@ -54,7 +54,7 @@ struct QuantBatch {
   int num_docs = 0;
   int heads = 0;                      // t[0].heads + t[1].heads + t[2].heads
   int64_t total_tokens = 0, tpad = 0;
-  WorkListOut work;                   // built by block 0 when work.count is set
+  WorkListOut work[2];                // built by blocks 0 and 1 when work[0].count is set
 };
 
 // Largest b with padded_doc_start(b) <= pos (starts strictly increase with b). Called by
@@ -145,12 +145,12 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   __shared__ __align__(16) StageTile<D> tile;
 
   int block = int(blockIdx.x);
-  if (batch.work.count != nullptr) {
-    if (block == 0) {
-      build_work_list_block<kThreads>(batch.cu, batch.num_docs, batch.work);
+  if (batch.work[0].count != nullptr) {
+    if (block < 2) {
+      build_work_list_block<kThreads>(batch.cu, batch.num_docs, batch.work[block]);
       return;
     }
-    --block;
+    block -= 2;
   }
   // Head fastest (file comment): the blocks running together share a token range.
   int head = block % batch.heads, which = 0;
@@ -257,7 +257,7 @@ template <bool kDot>
 cudaError_t launch_quantize(QuantBatch batch, int head_dim, cudaStream_t stream) {
   batch.heads = batch.t[0].heads + batch.t[1].heads + batch.t[2].heads;
   const int64_t chunks = (batch.tpad + kBlockPositions - 1) / kBlockPositions;
-  const int64_t blocks = chunks * batch.heads + (batch.work.count != nullptr ? 1 : 0);
+  const int64_t blocks = chunks * batch.heads + (batch.work[0].count != nullptr ? 2 : 0);
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid{unsigned(blocks)};
   if (head_dim == 64) quantize_kernel<64, kDot><<<grid, kThreads, 0, stream>>>(batch);
@@ -334,11 +334,8 @@ cudaError_t quantize_qkv(const Params& p, void* qkv8, bool for_backward) {
   v.trans = base + layout.vt8;
   v.scale = reinterpret_cast<float*>(base + layout.sv);
 
-  batch.work.count = reinterpret_cast<int*>(base + layout.sched_count);
-  batch.work.items = reinterpret_cast<int2*>(base + layout.sched_items);
-  batch.work.scratch = reinterpret_cast<int*>(base + layout.sched_scratch);
-  batch.work.nt_cap = int(layout.nt_cap);
-  batch.work.causal = p.causal;
+  batch.work[0] = quant::work_list_out(base, layout.work, p.causal);
+  batch.work[1] = quant::work_list_out(base, layout.fwd_work, p.causal);
   return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
 }
 

@@ -18,13 +18,25 @@ namespace quant {
 struct WorkListOut {
   int* count = nullptr;    // null: no list to build
   int2* items = nullptr;
-  int* scratch = nullptr;  // 3 (nt_cap + 1) ints (Qkv8Layout::sched_scratch)
+  int* scratch = nullptr;  // 3 (nt_cap + 1) ints (WorkListRegions::scratch)
   int nt_cap = 0;
+  int tile = kTile;        // tokens per tile
   bool causal = false;
 };
 
-__device__ __forceinline__ int doc_tiles(const int32_t* cu, int b) {
-  return (cu[b + 1] - cu[b] + kTile - 1) / kTile;
+inline WorkListOut work_list_out(uint8_t* qkv8, const WorkListRegions& r, bool causal) {
+  WorkListOut w;
+  w.count = reinterpret_cast<int*>(qkv8 + r.count);
+  w.items = reinterpret_cast<int2*>(qkv8 + r.items);
+  w.scratch = reinterpret_cast<int*>(qkv8 + r.scratch);
+  w.nt_cap = int(r.nt_cap);
+  w.tile = r.tile;
+  w.causal = causal;
+  return w;
+}
+
+__device__ __forceinline__ int doc_tiles(const int32_t* cu, int b, int tile) {
+  return (cu[b + 1] - cu[b] + tile - 1) / tile;
 }
 
 // data[k] <- sum_{k' > k} data[k'] for k in [0, n); returns the sum of all n inputs. Called
@@ -70,7 +82,7 @@ __device__ void build_work_list_block(const int32_t* cu, int num_docs, const Wor
   for (int k = threadIdx.x; k < n; k += kThreads) docs_per_tiles[k] = 0;
   __syncthreads();
   for (int b = threadIdx.x; b < num_docs; b += kThreads) {
-    const int nt = doc_tiles(cu, b);
+    const int nt = doc_tiles(cu, b, out.tile);
     if (nt > 0) atomicAdd(&docs_per_tiles[nt], 1);
   }
   __syncthreads();
@@ -100,7 +112,7 @@ __device__ void build_work_list_block(const int32_t* cu, int num_docs, const Wor
   const int lane = threadIdx.x & 31;
   for (int first = int(threadIdx.x) - lane; first < num_docs; first += kThreads) {
     const int b = first + lane;
-    const int nt = b < num_docs ? doc_tiles(cu, b) : 0;
+    const int nt = b < num_docs ? doc_tiles(cu, b, out.tile) : 0;
     const int rank = nt > 0 ? atomicAdd(&cursor[nt], 1) : 0;
     int incl = nt;  // inclusive prefix of the lanes' tile counts
 #pragma unroll

@@ -3,6 +3,7 @@
 // host tensors, by the tests and by the numerics study.
 #pragma once
 
+#include "common/tiles.h"
 #include <cstdint>
 #include <vector>
 
@@ -37,11 +38,12 @@ enum class Scheme {
 };
 const char* scheme_name(Scheme s);
 
-// Tile sizes where they change results (docs/ALGORITHM.md). The GPU kernels report theirs.
+// Tile sizes where they change results (docs/ALGORITHM.md); the defaults are the default
+// GPU kernels' (common/tiles.h).
 struct Tiling {
-  int fwd_block_n = 64;
-  int bwd_block_m = 64;
-  int bwd_block_n = 64;
+  int fwd_block_n = tiles::kFwdBlockN;
+  int bwd_block_m = tiles::kBwdBlockM;
+  int bwd_block_n = tiles::kBwdBlockN;
 };
 
 struct EmulationConfig {

@@ -467,7 +467,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.k_stride_t = p.k_stride_t;
   a.k_stride_h = p.k_stride_h;
   a.cu_seqlens = p.cu_seqlens;
-  a.work = work_list(base, layout);
+  a.work = work_list(base, layout.work);
   a.dq = static_cast<uint16_t*>(dq);
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
@@ -478,7 +478,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.causal = p.causal;
   a.c = p.softmax_scale * kLog2e;
   a.softmax_scale = p.softmax_scale;
-  const int64_t slots = layout.sched_capacity;
+  const int64_t slots = layout.work.capacity;
   if (p.head_dim == 64)
     return mixed ? launch_backward<64, true>(a, slots, p.stream) : launch_backward<64, false>(a, slots, p.stream);
   if (p.head_dim == 128)

@@ -182,17 +182,32 @@ cudaError_t launch_forward(const FwdArgs& a, int64_t slots, cudaStream_t stream)
 // forward_wgmma.cu, an experiment until a wgmma backward joins it (its S differs from the
 // backward's, see there): FLAMIA_FORWARD_KERNEL=wgmma selects it with FP32 promotion of every
 // wgmma k-step, =wgmma_chained with k-steps chained in the tensor core's accumulator
-// (faster, further off the specification).
+// (faster, further off the specification). =fast selects the warp-specialized TMA kernel
+// (kernels/forward_fast.cu).
 cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse, bool promote);
+cudaError_t forward_fast(const Params& p, const void* qkv8, void* out, float* lse);
 
-cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse) {
-  enum class Kernel { kMmaSync, kWgmma, kWgmmaChained };
+namespace {
+enum class Kernel { kMmaSync, kWgmma, kWgmmaChained, kFast };
+Kernel selected_kernel() {
   static const Kernel kernel = [] {
     const char* v = std::getenv("FLAMIA_FORWARD_KERNEL");
     if (v != nullptr && std::strcmp(v, "wgmma") == 0) return Kernel::kWgmma;
     if (v != nullptr && std::strcmp(v, "wgmma_chained") == 0) return Kernel::kWgmmaChained;
+    if (v != nullptr && std::strcmp(v, "fast") == 0) return Kernel::kFast;
     return Kernel::kMmaSync;
   }();
+  return kernel;
+}
+}  // namespace
+
+int forward_block_n() {
+  return selected_kernel() == Kernel::kFast ? tiles::kFwdBlockN : tiles::kRefFwdBlockN;
+}
+
+cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse) {
+  const Kernel kernel = selected_kernel();
+  if (kernel == Kernel::kFast) return forward_fast(p, qkv8, out, lse);
   if (kernel != Kernel::kMmaSync) return forward_wgmma(p, qkv8, out, lse, kernel == Kernel::kWgmma);
   if (p.total_tokens == 0) return cudaSuccess;
   int64_t slots = 0;

@@ -42,7 +42,7 @@ inline FwdArgs make_fwd_args(const Params& p, const void* qkv8, void* out, float
   a.sk = reinterpret_cast<const float*>(base + layout.sk);
   a.sv = reinterpret_cast<const float*>(base + layout.sv);
   a.cu_seqlens = p.cu_seqlens;
-  a.work = work_list(base, layout);
+  a.work = work_list(base, layout.work);
   a.out = static_cast<uint16_t*>(out);
   a.lse = lse;
   a.total_tokens = p.total_tokens;
@@ -51,7 +51,7 @@ inline FwdArgs make_fwd_args(const Params& p, const void* qkv8, void* out, float
   a.hkv = p.hkv;
   a.causal = p.causal;
   a.c = p.softmax_scale * 1.4426950408889634f;
-  *slots = layout.sched_capacity;
+  *slots = layout.work.capacity;
   return a;
 }
 

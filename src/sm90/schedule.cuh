@@ -37,20 +37,20 @@ struct DocTile {
   int tile;        // tile index inside the document
 };
 
-__device__ __forceinline__ DocTile doc_tile(const int32_t* cu_seqlens, int2 item) {
+__device__ __forceinline__ DocTile doc_tile(const int32_t* cu_seqlens, int2 item, int tile = quant::kTile) {
   DocTile d;
   const int b = item.x;
   d.tok0 = cu_seqlens[b];
   d.len = cu_seqlens[b + 1] - cu_seqlens[b];
   d.pstart = quant::padded_doc_start(d.tok0, b);
-  d.num_tiles = (d.len + quant::kTile - 1) / quant::kTile;
+  d.num_tiles = (d.len + tile - 1) / tile;
   d.tile = item.y;
   return d;
 }
 
-inline WorkList work_list(const uint8_t* qkv8, const quant::Qkv8Layout& layout) {
-  return {reinterpret_cast<const int*>(qkv8 + layout.sched_count),
-          reinterpret_cast<const int2*>(qkv8 + layout.sched_items)};
+inline WorkList work_list(const uint8_t* qkv8, const quant::WorkListRegions& regions) {
+  return {reinterpret_cast<const int*>(qkv8 + regions.count),
+          reinterpret_cast<const int2*>(qkv8 + regions.items)};
 }
 
 }  // namespace sm90

@@ -30,10 +30,9 @@ struct Params {
   cudaStream_t stream;
 };
 
-// Tile sizes the kernels use where they change results (must equal the emulation's).
-constexpr int kFwdBlockN = 64;
-constexpr int kBwdBlockM = 64;
-constexpr int kBwdBlockN = 64;
+// Key-tile size of the forward kernel this process runs (FLAMIA_FORWARD_KERNEL selects it;
+// common/tiles.h): the specification must use the same to be compared bit for bit.
+int forward_block_n();
 
 size_t qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                   flamia_recipe recipe, bool for_backward);

@@ -96,7 +96,7 @@ struct HostCall {
     flamia::ref::EmulationConfig cfg;
     cfg.recipe = args.recipe;
     cfg.scheme = flamia::ref::Scheme::PerToken;
-    cfg.tiling = flamia::ref::Tiling{64, 64, 64};
+    cfg.tiling = flamia::ref::Tiling{};
     return cfg;
   }
 };

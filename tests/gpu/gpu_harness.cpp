@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "flamia/formats.h"
+#include "sm90/sm90.h"
 
 namespace flamia_gpu_test {
 
@@ -321,7 +322,7 @@ ref::EmulationConfig spec_config(const Case& c) {
   ref::EmulationConfig cfg;
   cfg.recipe = c.recipe;
   cfg.scheme = ref::Scheme::PerToken;
-  cfg.tiling = ref::Tiling{64, 64, 64};
+  cfg.tiling.fwd_block_n = flamia::sm90::forward_block_n();  // the forward kernel selected for this process
   return cfg;
 }
 

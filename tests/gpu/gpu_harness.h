@@ -156,7 +156,7 @@ class GpuRunner {
 // ---------------------------------------------------------------------------------------
 
 flamia::ref::Problem to_problem(const Case& c);
-flamia::ref::EmulationConfig spec_config(const Case& c);  // PerToken, Tiling{64,64,64}
+flamia::ref::EmulationConfig spec_config(const Case& c);  // PerToken, the running kernels' tiles
 
 void spec_forward(const Case& c, const Inputs& in, FwdResult* out);
 // Uses the given O and LSE (the GPU's, in the tests: this isolates the backward kernel).

@@ -1,0 +1,21 @@
+// Tile sizes that change results. The CPU specification (docs/ALGORITHM.md) takes them as
+// parameters and the GPU kernels report the ones they run with, so both sides read them
+// from here. Host and device code; no CUDA runtime.
+#pragma once
+
+namespace flamia {
+namespace tiles {
+
+// Forward, sm_90a warp-specialized kernel: a work item is 128 query rows (two consumer
+// warpgroups of 64 rows), and keys are visited in tiles of 128 (the online-softmax step and
+// the span of P's per-row scale sigma).
+constexpr int kFwdBlockM = 128;
+constexpr int kFwdBlockN = 128;
+
+// Reference GPU forward (mma.sync) and the backward kernels: 64-token tiles.
+constexpr int kRefFwdBlockN = 64;
+constexpr int kBwdBlockM = 64;
+constexpr int kBwdBlockN = 64;
+
+}  // namespace tiles
+}  // namespace flamia

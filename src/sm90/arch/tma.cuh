@@ -1,0 +1,45 @@
+// Tensor-memory-accelerator loads (cp.async.bulk.tensor, sm_90): a box of a global tensor,
+// described by a CUtensorMap kernel parameter, lands in shared memory in the layout (and
+// swizzle) the map declares and signals an mbarrier with its byte count. Elements outside
+// the tensor are filled with zeros. PTX ISA "cp.async.bulk.tensor"; the maps are encoded on
+// the host (launch/tensor_maps.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda.h>
+
+namespace flamia {
+namespace sm90 {
+namespace tma {
+
+__device__ __forceinline__ uint64_t map_address(const CUtensorMap& map) {
+  return reinterpret_cast<uint64_t>(&map);
+}
+
+// Hints the descriptor into the cache before its first use.
+__device__ __forceinline__ void prefetch_map(const CUtensorMap& map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map_address(map)) : "memory");
+}
+
+// Coordinates are element indices, innermost dimension first.
+__device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap& map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(map_address(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+__device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap& map, uint32_t bar, int c0, int c1,
+                                        int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+      "l"(map_address(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+}  // namespace tma
+}  // namespace sm90
+}  // namespace flamia

@@ -1,0 +1,38 @@
+// Warpgroup-level control (sm_90a): register reallocation between producer and consumer
+// warpgroups, and named barriers that order warpgroups without stopping the whole CTA.
+#pragma once
+
+#include <cstdint>
+
+namespace flamia {
+namespace sm90 {
+namespace warpgroup {
+
+constexpr int kThreads = 128;
+
+__device__ __forceinline__ int index() { return int(threadIdx.x) / kThreads; }
+
+// The producer gives registers back to the pool; consumers take them. Every warp of the
+// warpgroup executes the same call. N must be a multiple of 8 in [24, 256].
+template <int N>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// Named barriers: `threads` counts every thread that syncs or arrives on `id` (a multiple of
+// 32). Ids below kFirstNamedBarrier are left to __syncthreads and libraries.
+constexpr int kFirstNamedBarrier = 8;
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace warpgroup
+}  // namespace sm90
+}  // namespace flamia

@@ -1,0 +1,134 @@
+// Warpgroup MMA (wgmma, sm_90a) on FP8 E4M3 operands in swizzled shared-memory tiles, as
+// TMA writes them. PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate":
+// "Shared Memory Matrix Layout" and "Matrix Descriptor Format".
+//
+// All 128 threads of a warpgroup execute every call with identical descriptors.
+// Accumulator float[N/8][4]: element [n][e] is register 4n + e of the m64nN f32 fragment,
+// row 16 w + g + 8 (e >> 1), column 8 n + 2 q + (e & 1) (warp w, lane 4 g + q).
+#pragma once
+
+#include <cstdint>
+
+namespace flamia {
+namespace sm90 {
+namespace mma {
+
+// ---- operand tiles ---------------------------------------------------------------------
+// FP8 operands must be K-major. A tile is `rows` rows of kRowBytes bytes (one row = one
+// token's D codes, or one d's key codes), rows contiguous, in TMA's swizzle of the same
+// width: inside each group of 8 rows (one swizzle atom of 8 x kRowBytes bytes) the 16-byte
+// chunk c of row r sits at chunk c ^ (r % 8) (128-byte rows) or c ^ ((r % 8) / 2) (64-byte).
+// Tiles start 1024-byte aligned, so the descriptor's base offset is 0.
+template <int kRowBytes>
+struct SwizzledRows {
+  static_assert(kRowBytes == 64 || kRowBytes == 128, "64B or 128B swizzle");
+  static constexpr int kAtomBytes = 8 * kRowBytes;          // stride between 8-row groups
+  static constexpr uint64_t kMode = kRowBytes == 128 ? 1 : 2;  // descriptor swizzle field
+};
+
+// Descriptor of k32 step ks of a swizzled K-major tile at shared address `tile`: start
+// address (bits 0-13, 16-byte units), leading byte offset 1 (unused for swizzled K-major),
+// stride byte offset = one atom (bits 32-45), swizzle mode (bits 62-63). A k32 step is 32
+// bytes into every row; the hardware applies the swizzle to the advanced address.
+template <int kRowBytes>
+__device__ __forceinline__ uint64_t desc(uint32_t tile, int ks) {
+  using T = SwizzledRows<kRowBytes>;
+  return uint64_t(((tile + 32u * uint32_t(ks)) & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) |
+         (uint64_t(T::kAtomBytes >> 4) << 32) | (T::kMode << 62);
+}
+
+// ---- ordering ----------------------------------------------------------------------------
+// Before the first wgmma that reads registers (accumulator or A) written by other instructions.
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most N committed groups of this warp are pending.
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// The compiler sees a wgmma's outputs as defined at issue; pinning them after wait() keeps
+// every read below the wait, and keeps A registers alive until the MMA that reads them is done.
+template <int N>
+__device__ __forceinline__ void pin(float (&d)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
+}
+template <int K, int N>
+__device__ __forceinline__ void pin(uint32_t (&a)[K][N]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[k][i])::"memory");
+}
+
+// ---- MMAs --------------------------------------------------------------------------------
+// scale-d is a predicate: false -> D = A B (a fresh accumulator), true -> D += A B.
+#define FLAMIA_MMA_ACC4(c, n) c(d[n][0]), c(d[n][1]), c(d[n][2]), c(d[n][3])
+#define FLAMIA_MMA_ACC32                                                                   \
+  FLAMIA_MMA_ACC4("+f", 0), FLAMIA_MMA_ACC4("+f", 1), FLAMIA_MMA_ACC4("+f", 2),           \
+      FLAMIA_MMA_ACC4("+f", 3), FLAMIA_MMA_ACC4("+f", 4), FLAMIA_MMA_ACC4("+f", 5),       \
+      FLAMIA_MMA_ACC4("+f", 6), FLAMIA_MMA_ACC4("+f", 7)
+#define FLAMIA_MMA_ACC64                                                                   \
+  FLAMIA_MMA_ACC32, FLAMIA_MMA_ACC4("+f", 8), FLAMIA_MMA_ACC4("+f", 9),                   \
+      FLAMIA_MMA_ACC4("+f", 10), FLAMIA_MMA_ACC4("+f", 11), FLAMIA_MMA_ACC4("+f", 12),    \
+      FLAMIA_MMA_ACC4("+f", 13), FLAMIA_MMA_ACC4("+f", 14), FLAMIA_MMA_ACC4("+f", 15)
+#define FLAMIA_MMA_D32                                                                      \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FLAMIA_MMA_D64                                                                      \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d (+)= A B, A and B from shared memory. N = 8 * (number of n8 tiles of d).
+__device__ __forceinline__ void ss(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " FLAMIA_MMA_D32 ", %32, %33, p, 1, 1;\n}\n"
+      : FLAMIA_MMA_ACC32
+      : "l"(a), "l"(b), "r"(int(accumulate))
+      : "memory");
+}
+__device__ __forceinline__ void ss(float (&d)[16][4], uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FLAMIA_MMA_D64 ", %64, %65, p, 1, 1;\n}\n"
+      : FLAMIA_MMA_ACC64
+      : "l"(a), "l"(b), "r"(int(accumulate))
+      : "memory");
+}
+
+// d (+)= A B, A from registers (the 8-bit k32 A fragment: byte j of a[r] is row
+// 16 w + g + 8 (r % 2), k = 4 q + j + 16 (r / 2)), B from shared memory.
+__device__ __forceinline__ void rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " FLAMIA_MMA_D32
+      ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : FLAMIA_MMA_ACC32
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate))
+      : "memory");
+}
+__device__ __forceinline__ void rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FLAMIA_MMA_D64
+      ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : FLAMIA_MMA_ACC64
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate))
+      : "memory");
+}
+
+#undef FLAMIA_MMA_D64
+#undef FLAMIA_MMA_D32
+#undef FLAMIA_MMA_ACC64
+#undef FLAMIA_MMA_ACC32
+#undef FLAMIA_MMA_ACC4
+
+}  // namespace mma
+}  // namespace sm90
+}  // namespace flamia

@@ -1,0 +1,140 @@
+// A consumer warpgroup of the forward: 64 query rows of the CTA's 128-row tile, over the key
+// tiles the producer streams in (ALGORITHM.md §2). Per key tile:
+//   S = Q Kᵀ          wgmma m64n128k32, D/32 k-steps chained in the accumulator, ascending k
+//                     (the definition of S the backward shares);
+//   softmax           fwd_softmax.cuh: online max/sum, p8 = q8(p * sv, sigma);
+//   fresh = p8 Vᵀ     wgmma m64nDk32 with A = p8 from registers, 4 k-steps (128 keys) into a
+//                     fresh accumulator;
+//   acc = acc * alpha + sigma * fresh    (FP32; sigma * fresh is exact, so one FMUL + FFMA).
+// The two consumer warpgroups take turns issuing their MMAs (ping-pong on two named
+// barriers): while one warpgroup's softmax runs on the FP32/MUFU pipes, the other's MMAs run
+// on the tensor cores.
+#pragma once
+
+#include <cmath>
+
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/warpgroup.cuh"
+#include "sm90/arch/wgmma.cuh"
+#include "sm90/collective/fwd_plan.cuh"
+#include "sm90/collective/fwd_softmax.cuh"
+
+namespace flamia {
+namespace sm90 {
+namespace fwd {
+
+// Ping-pong: consumer c waits on its own barrier before issuing MMAs and then releases the
+// other's. Consumer 1 opens the first turn for consumer 0; consumer 0 closes the last one.
+struct TurnOrder {
+  int mine, other;
+  __device__ explicit TurnOrder(int consumer)
+      : mine(warpgroup::kFirstNamedBarrier + consumer), other(warpgroup::kFirstNamedBarrier + 1 - consumer) {}
+  __device__ void begin() const { warpgroup::bar_sync(mine, 256); }
+  __device__ void end() const { warpgroup::bar_arrive(other, 256); }
+};
+
+template <int D>
+__device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, uint32_t base, int consumer_idx) {
+  using P = Plan<D>;
+  const uint32_t q_full = base + P::kBarriers, q_empty = q_full + 8;
+  const uint32_t full0 = q_empty + 8, empty0 = full0 + 8 * P::kStages;
+  const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, q = lane & 3;
+  const uint32_t q_tile = base + P::kQ + consumer_idx * P::kQTile;
+  const TurnOrder turns(consumer_idx);
+  if (consumer_idx == 1) turns.end();
+
+  const int items = *p.work.count * p.hq;
+  int kv = 0;
+  for (int w = blockIdx.x, it = 0; w < items; w += gridDim.x, ++it) {
+    const Item item = item_at(p, w);
+    const DocTile& dt = item.dt;
+    const DocMask mask{dt.len, p.causal};
+    const int i0 = dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer + 16 * warp + g;
+    float sq[2], sqc[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = i0 + 8 * r;
+      sq[r] = i < dt.len ? __ldg(p.sq + int64_t(item.h) * p.total_tokens + dt.tok0 + i) : 1.0f;
+      sqc[r] = __fmul_rn(sq[r], p.c);
+    }
+    float acc[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+    RowState rows;
+    mbar::wait(q_full, it & 1);
+
+    for (int n = 0; n < item.num_key_tiles; ++n, ++kv) {
+      const int s = kv % P::kStages;
+      const uint32_t stage = base + P::stage(s);
+      mbar::wait(full0 + 8 * s, (kv / P::kStages) & 1);
+
+      ScoreTile sc;
+      turns.begin();
+      mma::fence();
+#pragma unroll
+      for (int ks = 0; ks < D / 32; ++ks)
+        mma::ss(sc, mma::desc<P::kQKRowBytes>(q_tile, ks), mma::desc<P::kQKRowBytes>(stage + P::kK, ks), ks > 0);
+      mma::commit();
+      turns.end();
+      mma::wait<0>();
+      mma::pin(sc);
+      if (n + 1 == item.num_key_tiles && lane == 0) mbar::arrive(q_empty);  // Q no longer read
+
+      const float* sk = reinterpret_cast<const float*>(smem + P::stage(s) + P::kSk);
+      const float* sv = reinterpret_cast<const float*>(smem + P::stage(s) + P::kSv);
+      const int n0 = n * P::kBlockN;
+      TileP tp;
+      if (mask_needed_for_query_rows(mask, dt.tile, n, P::kBlockN))
+        softmax_tile<true>(sc, sk, sv, sq, sqc, mask, i0, n0, p.c, rows, tp);
+      else
+        softmax_tile<false>(sc, sk, sv, sq, sqc, mask, i0, n0, p.c, rows, tp);
+
+      float fresh[D / 8][4];
+      turns.begin();
+      mma::pin(tp.p8);
+      mma::fence();
+#pragma unroll
+      for (int kk = 0; kk < P::kBlockN / 32; ++kk)
+        mma::rs(fresh, tp.p8[kk], mma::desc<P::kVtRowBytes>(stage + P::kVt, kk), kk > 0);
+      mma::commit();
+      turns.end();
+      mma::wait<0>();
+      mma::pin(fresh);
+      mma::pin(tp.p8);
+      if (lane == 0) mbar::arrive(empty0 + 8 * s);  // this warp is done with the stage
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], __fmul_rn(acc[d][e], tp.alpha[e >> 1]));
+    }
+
+    // A tile of a (corrupt) item with no key tile still hands Q's buffer back.
+    if (item.num_key_tiles == 0 && lane == 0) mbar::arrive(q_empty);
+
+    // Epilogue: O = acc / l in bf16, LSE = (mc + log2 l) * ln 2; rows past the document are
+    // not stored.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = i0 + 8 * r;
+      if (i >= dt.len) continue;
+      const int64_t tok = dt.tok0 + i;
+      uint16_t* o = p.out + (tok * p.hq + item.h) * D + 2 * q;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+        *reinterpret_cast<uint32_t*>(o + 8 * d) =
+            ptx::pack_bf16x2(__fdiv_rn(acc[d][2 * r], rows.l[r]), __fdiv_rn(acc[d][2 * r + 1], rows.l[r]));
+      if (q == 0)
+        p.lse[int64_t(item.h) * p.total_tokens + tok] =
+            __fmul_rn(__fadd_rn(rows.mc[r], log2f(rows.l[r])), 0.693147180559945309f);
+    }
+  }
+  if (consumer_idx == 0) turns.begin();  // the turn consumer 1 handed over last
+}
+
+}  // namespace fwd
+}  // namespace sm90
+}  // namespace flamia

@@ -1,0 +1,97 @@
+// The fast forward's shape: roles, tiles, pipeline depth and shared-memory plan, and the
+// kernel parameters. One CTA per SM (persistent); three warpgroups:
+//   warpgroup 0   producer: one warp issues the TMA loads and copies the key scales;
+//   warpgroups 1-2 consumers: 64 query rows each of the CTA's 128-row query tile.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda.h>
+
+#include "common/tiles.h"
+#include "sm90/schedule.cuh"
+
+namespace flamia {
+namespace sm90 {
+namespace fwd {
+
+template <int D>
+struct Plan {
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  static constexpr int kBlockM = tiles::kFwdBlockM;  // query rows per work item
+  static constexpr int kBlockN = tiles::kFwdBlockN;  // keys per key tile
+  static constexpr int kConsumers = 2;
+  static constexpr int kRowsPerConsumer = kBlockM / kConsumers;  // = 64, one wgmma M
+  static_assert(kRowsPerConsumer == 64 && kBlockN == 128, "the mainloop is written for m64 x n128 tiles");
+  static_assert(kBlockM == kBlockN, "the causal diagonal is one key tile (item_at)");
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kStages = 2;
+  // Registers per thread after setmaxnreg: 128 * 40 + 256 * 232 <= 64 K.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+
+  // Operand rows: Q and K rows are one token's D codes (D-byte swizzle), Vᵀ rows one d's 128
+  // key codes (128-byte swizzle).
+  static constexpr int kQKRowBytes = D;
+  static constexpr int kVtRowBytes = kBlockN;
+
+  // Shared memory, offsets from a 1024-byte aligned base (swizzle atoms must not straddle).
+  static constexpr int kQTile = kRowsPerConsumer * D;
+  static constexpr int kKTile = kBlockN * D;
+  static constexpr int kVtTile = D * kBlockN;
+  static constexpr int kScaleBytes = kBlockN * 4;
+  static constexpr int kQ = 0;  // consumer c's Q rows at kQ + c * kQTile
+  static constexpr int kStage0 = kQ + kConsumers * kQTile;
+  static constexpr int kK = 0, kVt = kKTile, kSk = kVt + kVtTile, kSv = kSk + kScaleBytes;
+  static constexpr int kStageBytes = kSv + kScaleBytes;
+  static_assert(kKTile % 1024 == 0 && kVtTile % 1024 == 0 && kStageBytes % 1024 == 0, "aligned tiles");
+  static constexpr int kBarriers = kStage0 + kStages * kStageBytes;
+  // mbarriers: q_full, q_empty, full[kStages], empty[kStages].
+  static constexpr int kBytes = kBarriers + 8 * (2 + 2 * kStages);
+  static constexpr int kAlloc = kBytes + 1024;  // room to align the dynamic base
+
+  __host__ __device__ static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
+  // Arrivals that complete a phase: full = the producer lane's expect_tx + 32 lanes that
+  // stored the scales; empty / q_empty = every consumer warp once it is done reading.
+  static constexpr int kFullArrivals = 1 + 32;
+  static constexpr int kEmptyArrivals = kConsumers * 4;
+  static constexpr int kTmaBytesPerStage = kKTile + kVtTile;
+};
+
+struct Params {
+  CUtensorMap q8;   // [T][Hq][D] codes: box D x 1 x 64
+  CUtensorMap k8;   // [T][Hkv][D] codes: box D x 1 x 128
+  CUtensorMap vt8;  // [Hkv * D][Tpad] codes: box 128 x D
+  const float* sq;  // [Hq][T] per-token pow2 scales
+  const float* sk;  // [Hkv][T]
+  const float* sv;  // [Hkv][T]
+  const int32_t* cu_seqlens;
+  WorkList work;    // 128-row query tiles, costliest first
+  uint16_t* out;    // bf16 [T][Hq][D]
+  float* lse;       // [Hq][T]
+  int64_t total_tokens, tpad;
+  int hq, hkv;
+  bool causal;
+  float c;          // softmax_scale * log2(e)
+};
+
+// Work index w = slot * hq + h: query heads of one tile run side by side (shared K/V in L2).
+struct Item {
+  DocTile dt;
+  int h, hk;
+  int num_key_tiles;
+};
+
+__device__ __forceinline__ Item item_at(const Params& p, int w) {
+  Item it;
+  it.h = w % p.hq;
+  it.hk = it.h / (p.hq / p.hkv);
+  it.dt = doc_tile(p.cu_seqlens, p.work.items[w / p.hq], tiles::kFwdBlockM);
+  // Key tiles are as long as query tiles, so the causal diagonal is key tile dt.tile.
+  it.num_key_tiles = p.causal ? min(it.dt.tile + 1, it.dt.num_tiles) : it.dt.num_tiles;
+  return it;
+}
+
+}  // namespace fwd
+}  // namespace sm90
+}  // namespace flamia

@@ -1,0 +1,72 @@
+// The forward's producer warp: walks the same work items as the consumers and keeps the
+// pipeline full. Per item it loads the two 64-row Q tiles once Q's buffer is free; per key
+// tile it waits for a free stage, starts the TMA loads of K and Vᵀ, and copies the tile's
+// 128 key scales sk, sv with plain loads (one contiguous run of an [H][T] array, whose start
+// need not be 16-byte aligned, which a TMA box start would have to be).
+//
+// Rows past the document end are loaded as they are (the next document's codes, or TMA's
+// zeros past the tensor): the consumers mask them by selection, and the quantizer's codes are
+// always finite, so 0 * code in P·V contributes exactly 0.
+#pragma once
+
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/tma.cuh"
+#include "sm90/collective/fwd_plan.cuh"
+
+namespace flamia {
+namespace sm90 {
+namespace fwd {
+
+template <int D>
+__device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_t base, int lane) {
+  using P = Plan<D>;
+  const uint32_t q_full = base + P::kBarriers, q_empty = q_full + 8;
+  const uint32_t full0 = q_empty + 8, empty0 = full0 + 8 * P::kStages;
+  if (lane == 0) {
+    tma::prefetch_map(p.q8);
+    tma::prefetch_map(p.k8);
+    tma::prefetch_map(p.vt8);
+  }
+  const int items = *p.work.count * p.hq;
+  int kv = 0;  // key tiles issued so far (stage = kv % kStages, phase = kv / kStages)
+  for (int w = blockIdx.x, it = 0; w < items; w += gridDim.x, ++it) {
+    const Item item = item_at(p, w);
+    const int64_t tok0 = item.dt.tok0;
+    const int m0 = item.dt.tile * P::kBlockM;
+    mbar::wait(q_empty, (it & 1) ^ 1);
+    if (lane == 0) {
+      mbar::arrive_expect_tx(q_full, P::kConsumers * P::kQTile);
+#pragma unroll
+      for (int c = 0; c < P::kConsumers; ++c)
+        tma::load_3d(base + P::kQ + c * P::kQTile, p.q8, q_full, 0, item.h,
+                     int(tok0 + m0 + c * P::kRowsPerConsumer));
+    }
+    for (int n = 0; n < item.num_key_tiles; ++n, ++kv) {
+      const int s = kv % P::kStages;
+      const uint32_t full = full0 + 8 * s, stage = base + P::stage(s);
+      mbar::wait(empty0 + 8 * s, ((kv / P::kStages) & 1) ^ 1);
+      const int n0 = n * P::kBlockN;
+      if (lane == 0) {
+        mbar::arrive_expect_tx(full, P::kTmaBytesPerStage);
+        tma::load_3d(stage + P::kK, p.k8, full, 0, item.hk, int(tok0 + n0));
+        tma::load_2d(stage + P::kVt, p.vt8, full, int(item.dt.pstart + n0), item.hk * D);
+      }
+      float* sk_dst = reinterpret_cast<float*>(smem + P::stage(s) + P::kSk);
+      float* sv_dst = reinterpret_cast<float*>(smem + P::stage(s) + P::kSv);
+      const int64_t head_off = int64_t(item.hk) * p.total_tokens;
+#pragma unroll
+      for (int k = 0; k < P::kBlockN / 32; ++k) {
+        const int j = lane + 32 * k;
+        const int64_t tok = tok0 + n0 + j;
+        const bool in = tok < p.total_tokens;  // past the tensor: masked anyway, never read
+        sk_dst[j] = in ? __ldg(p.sk + head_off + tok) : 0.0f;
+        sv_dst[j] = in ? __ldg(p.sv + head_off + tok) : 0.0f;
+      }
+      mbar::arrive(full);
+    }
+  }
+}
+
+}  // namespace fwd
+}  // namespace sm90
+}  // namespace flamia

@@ -1,0 +1,106 @@
+// The fast forward (sm_90a): a persistent, warp-specialized kernel composed of the producer
+// (collective/fwd_producer.cuh) and two consumer warpgroups (collective/fwd_consumer.cuh)
+// over a TMA + mbarrier pipeline, walking the quantizer's longest-first list of 128-row
+// query tiles. Shapes and the shared-memory plan: collective/fwd_plan.cuh.
+#include "quantize/layout.cuh"
+#include "sm90/arch/warpgroup.cuh"
+#include "sm90/collective/fwd_consumer.cuh"
+#include "sm90/collective/fwd_producer.cuh"
+#include "sm90/launch/device_setup.h"
+#include "sm90/launch/tensor_map.h"
+#include "sm90/sm90.h"
+
+namespace flamia {
+namespace sm90 {
+namespace fwd {
+namespace {
+
+template <int D>
+__global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(const __grid_constant__ Params p) {
+  using P = Plan<D>;
+  extern __shared__ uint8_t smem_raw[];
+  // Swizzle atoms of 1024 bytes must start 1024-byte aligned.
+  const uint32_t raw = ptx::smem_addr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (base - raw);
+
+  if (threadIdx.x == 0) {
+    const uint32_t bars = base + P::kBarriers;
+    mbar::init(bars, 1);                                // q_full: the producer's expect_tx
+    mbar::init(bars + 8, P::kEmptyArrivals);            // q_empty
+    for (int s = 0; s < P::kStages; ++s) {
+      mbar::init(bars + 16 + 8 * s, P::kFullArrivals);  // full[s]
+      mbar::init(bars + 16 + 8 * (P::kStages + s), P::kEmptyArrivals);  // empty[s]
+    }
+    mbar::fence_init();
+  }
+  __syncthreads();
+
+  const int role = warpgroup::index();
+  if (role == 0) {
+    warpgroup::release_registers<P::kProducerRegs>();
+    if (threadIdx.x < 32) producer<D>(p, smem, base, int(threadIdx.x));
+  } else {
+    warpgroup::claim_registers<P::kConsumerRegs>();
+    consumer<D>(p, smem, base, role - 1);
+  }
+}
+
+template <int D>
+cudaError_t launch(const Params& prm, int64_t capacity, cudaStream_t stream) {
+  using P = Plan<D>;
+  int device = 0, sms = 0;
+  cudaError_t err = allow_dynamic_smem(forward_fast_kernel<D>, P::kAlloc, &device);
+  if (err != cudaSuccess) return err;
+  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
+  const int64_t work = capacity * prm.hq;  // an upper bound: the real count is on the device
+  const unsigned grid = unsigned(work < sms ? work : sms);
+  forward_fast_kernel<D><<<grid, P::kThreads, P::kAlloc, stream>>>(prm);
+  return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace fwd
+
+cudaError_t forward_fast(const Params& p, const void* qkv8, void* out, float* lse) {
+  if (p.total_tokens == 0) return cudaSuccess;
+  const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, false);
+  const uint8_t* base = static_cast<const uint8_t*>(qkv8);
+  fwd::Params prm;
+  const uint64_t D = uint64_t(p.head_dim), T = uint64_t(p.total_tokens);
+  const int swz = p.head_dim == 128 ? 128 : 64;
+  {
+    const uint64_t dims[3] = {D, uint64_t(p.hq), T}, strides[2] = {D, uint64_t(p.hq) * D};
+    const uint32_t box[3] = {uint32_t(D), 1, 64};
+    if (cudaError_t e = encode_u8_map(&prm.q8, base + layout.q8, 3, dims, strides, box, swz)) return e;
+  }
+  {
+    const uint64_t dims[3] = {D, uint64_t(p.hkv), T}, strides[2] = {D, uint64_t(p.hkv) * D};
+    const uint32_t box[3] = {uint32_t(D), 1, uint32_t(tiles::kFwdBlockN)};
+    if (cudaError_t e = encode_u8_map(&prm.k8, base + layout.k8, 3, dims, strides, box, swz)) return e;
+  }
+  {
+    const uint64_t dims[2] = {uint64_t(layout.tpad), uint64_t(p.hkv) * D}, strides[1] = {uint64_t(layout.tpad)};
+    const uint32_t box[2] = {uint32_t(tiles::kFwdBlockN), uint32_t(D)};
+    if (cudaError_t e = encode_u8_map(&prm.vt8, base + layout.vt8, 2, dims, strides, box, 128)) return e;
+  }
+  prm.sq = reinterpret_cast<const float*>(base + layout.sq);
+  prm.sk = reinterpret_cast<const float*>(base + layout.sk);
+  prm.sv = reinterpret_cast<const float*>(base + layout.sv);
+  prm.cu_seqlens = p.cu_seqlens;
+  prm.work = work_list(base, layout.fwd_work);
+  prm.out = static_cast<uint16_t*>(out);
+  prm.lse = lse;
+  prm.total_tokens = p.total_tokens;
+  prm.tpad = layout.tpad;
+  prm.hq = p.hq;
+  prm.hkv = p.hkv;
+  prm.causal = p.causal;
+  prm.c = p.softmax_scale * 1.4426950408889634f;
+  if (p.head_dim == 64) return fwd::launch<64>(prm, layout.fwd_work.capacity, p.stream);
+  if (p.head_dim == 128) return fwd::launch<128>(prm, layout.fwd_work.capacity, p.stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace sm90
+}  // namespace flamia

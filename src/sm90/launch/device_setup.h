@@ -1,0 +1,30 @@
+// Per-device kernel setup. Function attributes such as the dynamic shared-memory opt-in
+// belong to a (kernel, device) pair, so a process that drives several GPUs must set them on
+// each device it launches on, once.
+#pragma once
+
+#include <atomic>
+
+#include <cuda_runtime.h>
+
+namespace flamia {
+namespace sm90 {
+
+constexpr int kMaxDevices = 64;
+
+// Sets cudaFuncAttributeMaxDynamicSharedMemorySize for `kernel` on the current device the
+// first time this (kernel, device) pair is seen; returns the current device in *device.
+template <class Kernel>
+cudaError_t allow_dynamic_smem(Kernel* kernel, int bytes, int* device) {
+  static std::atomic<bool> done[kMaxDevices];  // one table per kernel instantiation
+  cudaError_t err = cudaGetDevice(device);
+  if (err != cudaSuccess) return err;
+  if (*device < 0 || *device >= kMaxDevices) return cudaErrorInvalidDevice;
+  if (done[*device].load(std::memory_order_acquire)) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) done[*device].store(true, std::memory_order_release);
+  return err;
+}
+
+}  // namespace sm90
+}  // namespace flamia

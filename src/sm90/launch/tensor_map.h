@@ -1,0 +1,21 @@
+// Host-side encoding of TMA tensor maps (CUDA driver API cuTensorMapEncodeTiled, reached
+// through the runtime's driver entry point so the library needs no link against libcuda).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+namespace flamia {
+namespace sm90 {
+
+// A tiled map over a uint8 tensor (FP8 codes). dims[0] is the innermost (contiguous)
+// dimension; strides_bytes[i] is the byte stride of dims[i + 1]. The box lands in shared
+// memory with the given swizzle width (0, 64 or 128 bytes); elements outside the tensor
+// read as zero.
+cudaError_t encode_u8_map(CUtensorMap* map, const void* base, int rank, const uint64_t* dims,
+                          const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes);
+
+}  // namespace sm90
+}  // namespace flamia

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The fast forward on a GPU machine, in one call: build, SASS opcode histogram, the GPU suite
+# with FLAMIA_FORWARD_KERNEL=fast, and the benchmark of the fast and the reference forward.
+# Logs under ${OUT:-./out}; a summary at the end.
+#   bash tools/fast_forward_check.sh [gtest filter] [bench workloads]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+BUILD=${BUILD_DIR:-build-gpu}
+FILTER=${1:-*}
+WORKLOADS=${2:-fixed-4k,fixed-16k,pack-32k,llama8b-pack,llama1b-pack}
+JOBS=$(nproc 2>/dev/null || echo 8)
+{
+  date -u +%Y-%m-%dT%H:%M:%SZ
+  git rev-parse --short HEAD 2>/dev/null || echo "commit unknown"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 2>/dev/null
+} | tee "$OUT/environment.txt"
+GEN=()
+command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G Ninja)
+cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release >"$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
+cmake --build "$BUILD" -j"$JOBS" --target flamia flamia_gpu_tests flamia_bench >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
+
+if command -v cuobjdump >/dev/null 2>&1; then
+  cuobjdump -sass "$BUILD/libflamia.so" >"$BUILD/all.sass" 2>/dev/null
+  for d in 128 64; do
+    python3 tools/sass_histogram.py "$BUILD/all.sass" "forward_fast_kernelILi${d}" --scores-per-thread 64 \
+      >"$OUT/sass_fast_D${d}.txt" 2>&1
+  done
+  head -30 "$OUT/sass_fast_D128.txt"
+fi
+
+echo "==== smoke: one small case with the fast forward"
+FLAMIA_FORWARD_KERNEL=fast timeout 120 "$BUILD/flamia_gpu_tests" --gtest_filter='Gpu/Matrix.*fp8_D128_gqa1_causal' \
+  >"$OUT/smoke.log" 2>&1
+rc=$?
+tail -25 "$OUT/smoke.log"
+if [ $rc -eq 124 ]; then echo "smoke timed out (hang?)"; exit 1; fi
+
+echo "==== GPU suite, fast forward (filter $FILTER)"
+FLAMIA_FORWARD_KERNEL=fast timeout 400 "$BUILD/flamia_gpu_tests" --gtest_filter="$FILTER" >"$OUT/gpu_fast.log" 2>&1
+echo "gpu suite exit $?"
+grep -E "^\[  (PASSED|FAILED)  \]|^\[  FAILED  \] " "$OUT/gpu_fast.log" | sort -u | head -40
+grep -B2 -A12 "Failure" "$OUT/gpu_fast.log" | head -60
+
+echo "==== benchmark"
+for k in fast mma_sync; do
+  FLAMIA_FORWARD_KERNEL=$k timeout 300 "$BUILD/flamia_bench" --workloads "$WORKLOADS" --recipes fp8 --iters 10 \
+    --json "$OUT/bench_$k.json" >"$OUT/bench_$k.log" 2>&1
+  echo "-- forward kernel $k (exit $?)"
+  sed -n '/^workload /,$p' "$OUT/bench_$k.log"
+done
