@@ -18,23 +18,22 @@ JOBS=$(nproc 2>/dev/null || echo 8)
 } | tee "$OUT/environment.txt"
 GEN=()
 command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G Ninja)
-cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release >"$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
-cmake --build "$BUILD" -j"$JOBS" --target flamia flamia_gpu_tests flamia_bench >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
+cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+cmake --build "$BUILD" -j"$JOBS" --target flamia flamia_gpu_tests flamia_bench >>"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
 
 if command -v cuobjdump >/dev/null 2>&1; then
   cuobjdump -sass "$BUILD/libflamia.so" >"$BUILD/all.sass" 2>/dev/null
   for d in 128 64; do
-    python3 tools/sass_histogram.py "$BUILD/all.sass" "forward_fast_kernelILi${d}" --scores-per-thread 64 \
-      >"$OUT/sass_fast_D${d}.txt" 2>&1
-  done
-  head -30 "$OUT/sass_fast_D128.txt"
+    python3 tools/sass_histogram.py "$BUILD/all.sass" "forward_fast_kernelILi${d}" --scores-per-thread 64 2>&1
+  done >"$OUT/sass_fast.txt"
+  head -30 "$OUT/sass_fast.txt"
 fi
 
 echo "==== smoke: one small case with the fast forward"
 FLAMIA_FORWARD_KERNEL=fast timeout 120 "$BUILD/flamia_gpu_tests" --gtest_filter='Gpu/Matrix.*fp8_D128_gqa1_causal' \
-  >"$OUT/smoke.log" 2>&1
+  >"$OUT/gpu_fast.log" 2>&1
 rc=$?
-tail -25 "$OUT/smoke.log"
+tail -25 "$OUT/gpu_fast.log"
 if [ $rc -eq 124 ]; then echo "smoke timed out (hang?)"; exit 1; fi
 
 echo "==== GPU suite, fast forward (filter $FILTER)"
@@ -43,10 +42,18 @@ echo "gpu suite exit $?"
 grep -E "^\[  (PASSED|FAILED)  \]|^\[  FAILED  \] " "$OUT/gpu_fast.log" | sort -u | head -40
 grep -B2 -A12 "Failure" "$OUT/gpu_fast.log" | head -60
 
+if [ -n "${NCU:-}" ] && command -v ncu >/dev/null 2>&1; then
+  echo "==== ncu: fast forward, fixed-16k (stall reasons)"
+  FLAMIA_FORWARD_KERNEL=fast timeout 300 ncu --clock-control none -k regex:forward_fast_kernel -c 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters \
+    "$BUILD/flamia_bench" --workloads fixed-16k --recipes fp8 --iters 1 --warmup 0 >"$OUT/ncu.txt" 2>&1
+  grep -E "Duration|Throughput|Issued|Eligible|Stall|stall|No Eligible|Active Warps" "$OUT/ncu.txt" | head -40
+fi
+
 echo "==== benchmark"
-for k in fast mma_sync; do
+for k in ${KERNELS:-fast mma_sync}; do
   FLAMIA_FORWARD_KERNEL=$k timeout 300 "$BUILD/flamia_bench" --workloads "$WORKLOADS" --recipes fp8 --iters 10 \
-    --json "$OUT/bench_$k.json" >"$OUT/bench_$k.log" 2>&1
+    --json "$OUT/bench_$k.json" >"$OUT/bench.log" 2>&1
   echo "-- forward kernel $k (exit $?)"
-  sed -n '/^workload /,$p' "$OUT/bench_$k.log"
+  sed -n '/^workload /,$p' "$OUT/bench.log"
 done

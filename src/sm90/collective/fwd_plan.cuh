@@ -25,7 +25,9 @@ struct Plan {
   static_assert(kRowsPerConsumer == 64 && kBlockN == 128, "the mainloop is written for m64 x n128 tiles");
   static_assert(kBlockM == kBlockN, "the causal diagonal is one key tile (item_at)");
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kStages = 2;
+  // Key/value stages in flight: the producer refills a stage only after both consumers'
+  // P·V of it, so two stages leave one tile of slack for the loads; more hide HBM latency.
+  static constexpr int kStages = D == 128 ? 3 : 4;
   // Registers per thread after setmaxnreg: 128 * 40 + 256 * 232 <= 64 K.
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;

@@ -50,7 +50,7 @@ template <int D>
 cudaError_t launch(const Params& prm, int64_t capacity, cudaStream_t stream) {
   using P = Plan<D>;
   int device = 0, sms = 0;
-  cudaError_t err = allow_dynamic_smem(forward_fast_kernel<D>, P::kAlloc, &device);
+  cudaError_t err = allow_dynamic_smem<forward_fast_kernel<D>>(P::kAlloc, &device);
   if (err != cudaSuccess) return err;
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
   const int64_t work = capacity * prm.hq;  // an upper bound: the real count is on the device

@@ -12,16 +12,18 @@ namespace sm90 {
 
 constexpr int kMaxDevices = 64;
 
-// Sets cudaFuncAttributeMaxDynamicSharedMemorySize for `kernel` on the current device the
+// Sets cudaFuncAttributeMaxDynamicSharedMemorySize for `kKernel` on the current device the
 // first time this (kernel, device) pair is seen; returns the current device in *device.
-template <class Kernel>
-cudaError_t allow_dynamic_smem(Kernel* kernel, int bytes, int* device) {
-  static std::atomic<bool> done[kMaxDevices];  // one table per kernel instantiation
+// The kernel is a template argument, not a parameter, so that each kernel has its own
+// table (kernels of one signature would share it).
+template <auto kKernel>
+cudaError_t allow_dynamic_smem(int bytes, int* device) {
+  static std::atomic<bool> done[kMaxDevices];
   cudaError_t err = cudaGetDevice(device);
   if (err != cudaSuccess) return err;
   if (*device < 0 || *device >= kMaxDevices) return cudaErrorInvalidDevice;
   if (done[*device].load(std::memory_order_acquire)) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err == cudaSuccess) done[*device].store(true, std::memory_order_release);
   return err;
 }
