@@ -21,9 +21,11 @@ def main() -> int:
     ap.add_argument("sass")
     ap.add_argument("pattern")
     ap.add_argument("--scores-per-thread", type=int, default=0)
+    ap.add_argument("--listing", action="store_true", help="also print the function's SASS")
     args = ap.parse_args()
     text = open(args.sass, encoding="utf-8", errors="replace").read().splitlines()
     counts = collections.Counter()
+    listing = []
     inside = False
     name = None
     for line in text:
@@ -36,6 +38,7 @@ def main() -> int:
             continue
         if not inside:
             continue
+        listing.append(line)
         m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]+)?", line)
         if m:
             counts[m.group(2)] += 1
@@ -48,6 +51,8 @@ def main() -> int:
     for op, n in counts.most_common():
         extra = f"  {n / args.scores_per_thread:6.2f}/score" if args.scores_per_thread else ""
         print(f"{op:12s} {n:6d}{extra}")
+    if args.listing:
+        print("\n".join(listing))
     return 0
 
 

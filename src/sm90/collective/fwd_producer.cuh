@@ -2,7 +2,8 @@
 // pipeline full. Per item it loads the two 64-row Q tiles once Q's buffer is free; per key
 // tile it waits for a free stage, starts the TMA loads of K and Vᵀ, and copies the tile's
 // 128 key scales sk, sv with plain loads (one contiguous run of an [H][T] array, whose start
-// need not be 16-byte aligned, which a TMA box start would have to be).
+// need not be 16-byte aligned, which a TMA box start would have to be), in the order the
+// consumers read them (scales_index).
 //
 // Rows past the document end are loaded as they are (the next document's codes, or TMA's
 // zeros past the tensor): the consumers mask them by selection, and the quantizer's codes are
@@ -12,6 +13,7 @@
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/collective/fwd_plan.cuh"
+#include "sm90/collective/fwd_softmax.cuh"
 
 namespace flamia {
 namespace sm90 {
@@ -59,8 +61,8 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
         const int j = lane + 32 * k;
         const int64_t tok = tok0 + n0 + j;
         const bool in = tok < p.total_tokens;  // past the tensor: masked anyway, never read
-        sk_dst[j] = in ? __ldg(p.sk + head_off + tok) : 0.0f;
-        sv_dst[j] = in ? __ldg(p.sv + head_off + tok) : 0.0f;
+        sk_dst[scales_index(j)] = in ? __ldg(p.sk + head_off + tok) : 0.0f;
+        sv_dst[scales_index(j)] = in ? __ldg(p.sv + head_off + tok) : 0.0f;
       }
       mbar::arrive(full);
     }

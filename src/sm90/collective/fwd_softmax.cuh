@@ -38,26 +38,49 @@ struct TileP {
 
 // s: Q·Kᵀ of the tile (raw sums). i0: this lane's first row, n0: the tile's first key, both
 // document-local. Masks per element only when kMask.
+// Row reductions run over kChains independent partial results (merged at the end): a single
+// chain of 32 dependent FMNMX/FADD per row would leave the warp waiting on each result.
+// Max is order-free; the specification leaves the addition order inside a tile free.
+constexpr int kChains = 4;
+
+// s: Q·Kᵀ of the tile (raw sums). sk, sv: the tile's key scales in the producer's per-lane
+// order (scales_index). i0: this lane's first row, n0: the tile's first key, both
+// document-local. Masks per element only when kMask.
 template <bool kMask>
 __device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, const float* sv,
                                              const float (&sq)[2], const float (&sqc)[2], const DocMask& mask,
                                              int i0, int n0, float c, RowState& st, TileP& out) {
   const int q = lane_id() & 3;
-  float tmax[2] = {-INFINITY, -INFINITY};
+  const float4* sk4 = reinterpret_cast<const float4*>(sk + 32 * q);
+  const float4* sv4 = reinterpret_cast<const float4*>(sv + 32 * q);
+  float tmax[2][kChains];
 #pragma unroll
-  for (int n = 0; n < 16; ++n) {
-    const float2 skj = *reinterpret_cast<const float2*>(sk + 8 * n + 2 * q);
+  for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float t = __fmul_rn(s[n][e], (e & 1) ? skj.y : skj.x);
-      if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) t = -INFINITY;
-      s[n][e] = t;
-      tmax[e >> 1] = ptx::max_nan(tmax[e >> 1], t);
+    for (int k = 0; k < kChains; ++k) tmax[r][k] = -INFINITY;
+#pragma unroll
+  for (int n2 = 0; n2 < 8; ++n2) {
+    const float4 k4 = sk4[n2];  // columns of n8-tiles 2 n2 and 2 n2 + 1
+    const float skv[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = 2 * n2 + h;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float t = __fmul_rn(s[n][e], skv[2 * h + (e & 1)]);
+        if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) t = -INFINITY;
+        s[n][e] = t;
+        float& m = tmax[e >> 1][(2 * n + (e & 1)) % kChains];
+        m = ptx::max_nan(m, t);
+      }
     }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float m_new = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tmax[r]), sq[r]));
+    float tile_max = tmax[r][0];
+#pragma unroll
+    for (int k = 1; k < kChains; ++k) tile_max = ptx::max_nan(tile_max, tmax[r][k]);
+    const float m_new = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tile_max), sq[r]));
     st.mc[r] = __fmul_rn(m_new, c);
     out.alpha[r] = st.m[r] == -INFINITY ? 0.0f : ptx::ex2(__fmaf_rn(st.m[r], c, -st.mc[r]));
     st.m[r] = m_new;
@@ -65,26 +88,41 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, cons
   // p = exp2(S c - mc), row sums of the unquantized p, then x = p * sv[j] (V's scale folded
   // in: V is summed over j) and its row maximum for sigma. x >= 0 or NaN, so the float
   // maximum orders like |x|.
-  float sum[2] = {0.0f, 0.0f}, xmax[2] = {0.0f, 0.0f};
+  float sum[2][kChains], xmax[2][kChains];
 #pragma unroll
-  for (int n = 0; n < 16; ++n) {
-    const float2 svj = *reinterpret_cast<const float2*>(sv + 8 * n + 2 * q);
+  for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = e >> 1;
-      const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
-      sum[r] = __fadd_rn(sum[r], p);
-      float x = __fmul_rn(p, (e & 1) ? svj.y : svj.x);
-      if (kMask && !mask.visible(i0 + 8 * r, n0 + 8 * n + 2 * q + (e & 1))) x = 0.0f;
-      s[n][e] = x;
-      xmax[r] = ptx::max_nan(xmax[r], x);
+    for (int k = 0; k < kChains; ++k) sum[r][k] = xmax[r][k] = 0.0f;
+#pragma unroll
+  for (int n2 = 0; n2 < 8; ++n2) {
+    const float4 v4 = sv4[n2];
+    const float svv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = 2 * n2 + h;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, k = (2 * n + (e & 1)) % kChains;
+        const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
+        sum[r][k] = __fadd_rn(sum[r][k], p);
+        float x = __fmul_rn(p, svv[2 * h + (e & 1)]);
+        if (kMask && !mask.visible(i0 + 8 * r, n0 + 8 * n + 2 * q + (e & 1))) x = 0.0f;
+        s[n][e] = x;
+        xmax[r][k] = ptx::max_nan(xmax[r][k], x);
+      }
     }
   }
   float inv_sigma[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    st.l[r] = __fadd_rn(__fmul_rn(st.l[r], out.alpha[r]), quad_sum(sum[r]));
-    out.sigma[r] = fmt::pow2_scale(quad_max_nan(xmax[r]));
+    float row_sum = sum[r][0], row_xmax = xmax[r][0];
+#pragma unroll
+    for (int k = 1; k < kChains; ++k) {
+      row_sum = __fadd_rn(row_sum, sum[r][k]);
+      row_xmax = ptx::max_nan(row_xmax, xmax[r][k]);
+    }
+    st.l[r] = __fadd_rn(__fmul_rn(st.l[r], out.alpha[r]), quad_sum(row_sum));
+    out.sigma[r] = fmt::pow2_scale(quad_max_nan(row_xmax));
     inv_sigma[r] = __frcp_rn(out.sigma[r]);
   }
   // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
@@ -101,6 +139,13 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, cons
             ptx::pack_e4m3x4(__fmul_rn(s[n][2 * r], is), __fmul_rn(s[n][2 * r + 1], is),
                              __fmul_rn(s[n + 1][2 * r], is), __fmul_rn(s[n + 1][2 * r + 1], is));
       }
+}
+
+// Position of key j's scale in the tile's scale array, so that the 32 scales a lane uses
+// (columns 8 n + 2 q + {0, 1}, n = 0..15) are contiguous at 32 q: float4 reads, 8 per array.
+__device__ __forceinline__ int scales_index(int j) {
+  const int n = j >> 3, q = (j >> 1) & 3, b = j & 1;
+  return 32 * q + 2 * n + b;
 }
 
 }  // namespace fwd
