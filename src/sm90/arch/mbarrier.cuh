@@ -32,6 +32,12 @@ __device__ __forceinline__ void arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+// One arrival, triggered once every cp.async this thread issued before has completed
+// (.noinc: the arrival counts toward the phase's expected arrivals).
+__device__ __forceinline__ void arrive_when_copies_land(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Blocks until the phase with the given parity has completed. A fresh barrier is in
 // phase 0, so waiting for parity 1 returns at once (the producer's "stages start empty").
 __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {

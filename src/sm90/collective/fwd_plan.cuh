@@ -28,10 +28,10 @@ struct Plan {
   // Key/value stages in flight: the producer refills a stage only after both consumers'
   // P·V of it, so two stages leave one tile of slack for the loads; more hide HBM latency.
   static constexpr int kStages = D == 128 ? 3 : 4;
-  // Registers per thread after setmaxnreg: 128 * 24 + 256 * 240 <= 64 K. The consumers hold
+  // Registers per thread after setmaxnreg: 128 * 40 + 256 * 232 <= 64 K. The consumers hold
   // O (D/2 per thread), the tile's fresh P·V product (D/2) and the scores (64) at once.
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
 
   // Operand rows: Q and K rows are one token's D codes (D-byte swizzle), Vᵀ rows one d's 128
   // key codes (128-byte swizzle).
@@ -54,8 +54,8 @@ struct Plan {
   static constexpr int kAlloc = kBytes + 1024;  // room to align the dynamic base
 
   __host__ __device__ static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
-  // Arrivals that complete a phase: full = the producer lane's expect_tx + 32 lanes that
-  // stored the scales; empty / q_empty = every consumer warp once it is done reading.
+  // Arrivals that complete a phase: full = the producer lane's expect_tx + 32 lanes' scale
+  // copies landing; empty / q_empty = every consumer warp once it is done reading.
   static constexpr int kFullArrivals = 1 + 32;
   static constexpr int kEmptyArrivals = kConsumers * 4;
   static constexpr int kTmaBytesPerStage = kKTile + kVtTile;

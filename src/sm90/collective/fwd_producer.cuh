@@ -2,8 +2,8 @@
 // pipeline full. Per item it loads the two 64-row Q tiles once Q's buffer is free; per key
 // tile it waits for a free stage, starts the TMA loads of K and Vᵀ, and copies the tile's
 // 128 key scales sk, sv with plain loads (one contiguous run of an [H][T] array, whose start
-// need not be 16-byte aligned, which a TMA box start would have to be), in the order the
-// consumers read them (scales_index).
+// need not be 16-byte aligned, which a TMA box start would have to be) by cp.async, in the
+// order the consumers read them (scales_index).
 //
 // Rows past the document end are loaded as they are (the next document's codes, or TMA's
 // zeros past the tensor): the consumers mask them by selection, and the quantizer's codes are
@@ -14,13 +14,14 @@
 #include "sm90/arch/tma.cuh"
 #include "sm90/collective/fwd_plan.cuh"
 #include "sm90/collective/fwd_softmax.cuh"
+#include "sm90/ptx.cuh"
 
 namespace flamia {
 namespace sm90 {
 namespace fwd {
 
 template <int D>
-__device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_t base, int lane) {
+__device__ __forceinline__ void producer(const Params& p, uint32_t base, int lane) {
   using P = Plan<D>;
   const uint32_t q_full = base + P::kBarriers, q_empty = q_full + 8;
   const uint32_t full0 = q_empty + 8, empty0 = full0 + 8 * P::kStages;
@@ -53,18 +54,20 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
         tma::load_3d(stage + P::kK, p.k8, full, 0, item.hk, int(tok0 + n0));
         tma::load_2d(stage + P::kVt, p.vt8, full, int(item.dt.pstart + n0), item.hk * D);
       }
-      float* sk_dst = reinterpret_cast<float*>(smem + P::stage(s) + P::kSk);
-      float* sv_dst = reinterpret_cast<float*>(smem + P::stage(s) + P::kSv);
+      // cp.async: the copies need no registers and the lane's arrival on `full` fires when
+      // they have landed, so the warp moves on to the next stage at once.
+      const uint32_t sk_dst = stage + P::kSk, sv_dst = stage + P::kSv;
       const int64_t head_off = int64_t(item.hk) * p.total_tokens;
 #pragma unroll
       for (int k = 0; k < P::kBlockN / 32; ++k) {
         const int j = lane + 32 * k;
         const int64_t tok = tok0 + n0 + j;
-        const bool in = tok < p.total_tokens;  // past the tensor: masked anyway, never read
-        sk_dst[scales_index(j)] = in ? __ldg(p.sk + head_off + tok) : 0.0f;
-        sv_dst[scales_index(j)] = in ? __ldg(p.sv + head_off + tok) : 0.0f;
+        const bool in = tok < p.total_tokens;  // past the tensor: zero-filled, masked anyway
+        const int64_t at = head_off + (in ? tok : 0);
+        ptx::cp_async_4(sk_dst + 4 * scales_index(j), p.sk + at, in);
+        ptx::cp_async_4(sv_dst + 4 * scales_index(j), p.sv + at, in);
       }
-      mbar::arrive(full);
+      mbar::arrive_when_copies_land(full);
     }
   }
 }

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
   const int role = warpgroup::index();
   if (role == 0) {
     warpgroup::release_registers<P::kProducerRegs>();
-    if (threadIdx.x < 32) producer<D>(p, smem, base, int(threadIdx.x));
+    if (threadIdx.x < 32) producer<D>(p, base, int(threadIdx.x));
   } else {
     warpgroup::claim_registers<P::kConsumerRegs>();
     consumer<D>(p, smem, base, role - 1);
