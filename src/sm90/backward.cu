@@ -1,4 +1,7 @@
-// Backward (ALGORITHM.md §3) on mma.sync, deterministic and without atomics:
+// Backward (ALGORITHM.md §3), deterministic and without atomics. S and Sᵀ come from wgmma
+// with the forward's instruction sequence (scores_wgmma.cuh), so that P = exp2(S c - lse2)
+// is rebuilt from the very S the forward's LSE was taken over; the other products (dP, dV,
+// dK, dQ) are mma.sync on FP32-exact tile products, as before.
 //
 // 1. quantize dO (natural + transposed FP8, scales) and D = rowsum(dO * O) (quantize.cu);
 // 2. dK/dV kernel: CTA = (64-key tile of one document, kv head), 4 warps x 16 keys. Loops
@@ -7,18 +10,24 @@
 //      Sᵀ = K Qᵀ, Pᵀ = exp2(fmaf(Sᵀ, c, -lse2)), dPᵀ = V dOᵀ, dSᵀ = Pᵀ (dPᵀ - D),
 //      dV += sigma * (q8(Pᵀ sdo / sigma) · dOᵀ tile),
 //      dK += tau * (q8(dSᵀ sq / tau) · Qᵀ tile)   (fp8)  or  bf16(dSᵀ) · Q   (fp8_mixed);
-//    keys are rows, so Pᵀ and dSᵀ are A operands straight from the accumulators;
+//    keys are rows, so Pᵀ and dSᵀ are A operands straight from the accumulators; Sᵀ is
+//    the wgmma K Qᵀ (A = the resident K tile), issued before dPᵀ and overlapping it;
 // 3. dQ kernel: CTA = (64-query tile, query head), 4 warps x 16 queries; loops over key
-//    tiles, recomputes S, P, dP, dS and accumulates
+//    tiles, recomputes S (wgmma Q Kᵀ, as the forward), P, dP, dS and accumulates
 //      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
 //    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
 //    A later version replaces this with dS staged through shared memory.
-// All operand tiles go through double-buffered cp.async stages as in the forward.
+// All operand tiles go through double-buffered cp.async stages. The Q and K tiles of S are
+// in wgmma's K-major core-matrix layout (ScoreTile) and are read by nothing else; after
+// cp.async lands, each thread fences the async proxy before the CTA barrier.
+// Both kernels are one warpgroup (4 warps x 16 rows), and the m64n64 wgmma accumulator has
+// the per-warp layout of the mma.sync TileAcc (wgmma.cuh), so the code after S is unchanged.
 #include "quantize/quantize.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
 #include "sm90/schedule.cuh"
+#include "sm90/scores_wgmma.cuh"
 #include "sm90/sm90.h"
 #include "sm90/tile_io.cuh"
 
@@ -71,7 +80,7 @@ struct PairGrad {
 };
 __device__ __forceinline__ PairGrad pair_grad(float s_dot, float dp_dot, float sq, float sk, float sdo,
                                               float sv, float lse2, float d, float c) {
-  const float s = __fmul_rn(__fmul_rn(s_dot, sq), sk);
+  const float s = score(s_dot, sq, sk);
   const float p = ptx::ex2(fmaf(s, c, -lse2));
   const float dp = __fmul_rn(__fmul_rn(dp_dot, sdo), sv);
   return {p, __fmul_rn(p, __fsub_rn(dp, d))};
@@ -125,14 +134,14 @@ __device__ __forceinline__ void store_rows_bf16(uint16_t* out, int64_t row_strid
 
 template <int D, bool kMixed>
 struct DkdvSmem {
-  static constexpr int kK = 0;
-  static constexpr int kV = kK + Fp8RowTile<D>::kBytes;
+  static constexpr int kK = 0;                               // A of Sᵀ
+  static constexpr int kV = kK + ScoreTile<D>::kBytes;
   static constexpr int kSk = kV + Fp8RowTile<D>::kBytes;  // per-key scales
   static constexpr int kSv = kSk + kScalarTileBytes;
   static constexpr int kStage0 = kSv + kScalarTileBytes;
   // One stage: a query tile of one head.
-  static constexpr int kQ = 0;                                    // q8 rows
-  static constexpr int kDo = kQ + Fp8RowTile<D>::kBytes;           // dO8 rows
+  static constexpr int kQ = 0;                                    // q8 rows (B of Sᵀ)
+  static constexpr int kDo = kQ + ScoreTile<D>::kBytes;            // dO8 rows
   static constexpr int kDot = kDo + Fp8RowTile<D>::kBytes;         // dOᵀ cols
   static constexpr int kQop = kDot + Fp8ColTile<D>::kBytes;        // Qᵀ cols | Q bf16 rows
   static constexpr int kSqT = kQop + ds_operand_bytes<D, kMixed>();  // per-query values
@@ -166,8 +175,11 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int stage, 
   }
 
   TileAcc s, dp;  // Sᵀ and dPᵀ: rows = keys, columns = queries
-  mma_rows<D>(s, base + S::kK, row0, st + S::kQ);
+  wgmma::fence();
+  issue_scores<D>(s, base + S::kK, st + S::kQ);  // Sᵀ = K Qᵀ, whole warpgroup
   mma_rows<D>(dp, base + S::kV, row0, st + S::kDo);
+  wgmma::wait<0>();
+  wgmma::pin(s);
   // In place: s <- Pᵀ * sdo (dV operand), dp <- dSᵀ * sq (fp8) or dSᵀ (fp8_mixed).
 #pragma unroll
   for (int n = 0; n < 8; ++n)
@@ -203,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ 
   const int64_t q_row = int64_t(a.hq) * D, kv_row = int64_t(a.hkv) * D;
   const int64_t kv_off = (dt.tok0 + n0) * kv_row + hk * D;
   const int valid_k = min(kTileTokens, dt.len - n0);
-  load_fp8_rows<D>(base + S::kK, a.k8 + kv_off, kv_row, valid_k);
+  load_kmajor_rows<D>(base + S::kK, a.k8 + kv_off, kv_row, valid_k);
   load_fp8_rows<D>(base + S::kV, a.v8 + kv_off, kv_row, valid_k);
   {
     const int64_t tok_off = hk * a.total_tokens + dt.tok0 + n0;
@@ -219,7 +231,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ 
     const uint32_t st = base + S::stage(step & 1);
     const int64_t row_off = (dt.tok0 + m0) * q_row + h * D;
     const int64_t col_off = int64_t(h) * D * a.tpad + dt.pstart + m0;
-    load_fp8_rows<D>(st + S::kQ, a.q8 + row_off, q_row, valid);
+    load_kmajor_rows<D>(st + S::kQ, a.q8 + row_off, q_row, valid);
     load_fp8_rows<D>(st + S::kDo, a.do8 + row_off, q_row, valid);
     load_fp8_cols<D>(st + S::kDot, a.dot8 + col_off, a.tpad, valid);
     if constexpr (kMixed)
@@ -255,6 +267,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ 
     clear_cols_tail<D>(st_ptr + S::kDot, dt.len - m0);
     if constexpr (kMixed) clear_bf16_nonfinite<D>(st_ptr + S::kQop);
     else clear_cols_tail<D>(st_ptr + S::kQop, dt.len - m0);
+    wgmma::fence_proxy_async();  // the cp.async writes become visible to wgmma (Sᵀ)
     __syncthreads();
     if (mask_needed_for_key_rows(mask, m, n, kTileTokens))
       dkdv_query_tile<D, kMixed, true>(smem, step & 1, mask, j0, m0, a.c, dk, dv);
@@ -275,8 +288,8 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ 
 
 template <int D, bool kMixed>
 struct DqSmem {
-  static constexpr int kQ = 0;
-  static constexpr int kDo = kQ + Fp8RowTile<D>::kBytes;
+  static constexpr int kQ = 0;  // A of S
+  static constexpr int kDo = kQ + ScoreTile<D>::kBytes;
   // Per-query values, read from shared memory where used (registers are the scarce resource).
   static constexpr int kSq = kDo + Fp8RowTile<D>::kBytes;
   static constexpr int kSdo = kSq + kScalarTileBytes;
@@ -284,8 +297,8 @@ struct DqSmem {
   static constexpr int kDvec = kLse + kScalarTileBytes;
   static constexpr int kStage0 = kDvec + kScalarTileBytes;
   // One stage: a key tile.
-  static constexpr int kK = 0;                                     // k8 rows
-  static constexpr int kV = kK + Fp8RowTile<D>::kBytes;             // v8 rows
+  static constexpr int kK = 0;                                     // k8 rows (B of S)
+  static constexpr int kV = kK + ScoreTile<D>::kBytes;              // v8 rows
   static constexpr int kKop = kV + Fp8RowTile<D>::kBytes;           // Kᵀ cols | K bf16 rows
   static constexpr int kSk = kKop + ds_operand_bytes<D, kMixed>();
   static constexpr int kSv = kSk + kScalarTileBytes;
@@ -314,8 +327,11 @@ __device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int stage, cons
   }
 
   TileAcc s, dp;  // S and dP: rows = queries, columns = keys
-  mma_rows<D>(s, base + S::kQ, row0, st + S::kK);
+  wgmma::fence();
+  issue_scores<D>(s, base + S::kQ, st + S::kK);  // S = Q Kᵀ, whole warpgroup, as the forward
   mma_rows<D>(dp, base + S::kDo, row0, st + S::kV);
+  wgmma::wait<0>();
+  wgmma::pin(s);
   // In place: s <- dS * sk (fp8) or dS (fp8_mixed).
 #pragma unroll
   for (int n = 0; n < 8; ++n)
@@ -345,7 +361,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const __grid_constant__ Bw
   const int64_t q_row = int64_t(a.hq) * D, kv_row = int64_t(a.hkv) * D;
   const int64_t q_off = (dt.tok0 + m0) * q_row + h * D;
   const int valid_q = min(kTileTokens, dt.len - m0);
-  load_fp8_rows<D>(base + S::kQ, a.q8 + q_off, q_row, valid_q);
+  load_kmajor_rows<D>(base + S::kQ, a.q8 + q_off, q_row, valid_q);
   load_fp8_rows<D>(base + S::kDo, a.do8 + q_off, q_row, valid_q);
   {
     const int64_t tok_off = h * a.total_tokens + dt.tok0 + m0;
@@ -364,7 +380,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const __grid_constant__ Bw
     const int n0 = n * kTileTokens, valid = min(kTileTokens, dt.len - n0);
     const uint32_t st = base + S::stage(n & 1);
     const int64_t row_off = (dt.tok0 + n0) * kv_row + hk * D;
-    load_fp8_rows<D>(st + S::kK, a.k8 + row_off, kv_row, valid);
+    load_kmajor_rows<D>(st + S::kK, a.k8 + row_off, kv_row, valid);
     load_fp8_rows<D>(st + S::kV, a.v8 + row_off, kv_row, valid);
     if constexpr (kMixed)
       load_bf16_rows<D>(st + S::kKop, a.k + (dt.tok0 + n0) * a.k_stride_t + hk * a.k_stride_h, a.k_stride_t, valid);
@@ -392,6 +408,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const __grid_constant__ Bw
     uint8_t* st_ptr = smem + S::stage(n & 1);
     if constexpr (kMixed) clear_bf16_nonfinite<D>(st_ptr + S::kKop);
     else clear_cols_tail<D>(st_ptr + S::kKop, dt.len - n0);
+    wgmma::fence_proxy_async();  // the cp.async writes become visible to wgmma (S)
     __syncthreads();
     if (mask_needed_for_query_rows(mask, dt.tile, n, kTileTokens))
       dq_key_tile<D, kMixed, true>(smem, n & 1, mask, i0, n0, a.c, dq);

@@ -179,11 +179,12 @@ cudaError_t launch_forward(const FwdArgs& a, int64_t slots, cudaStream_t stream)
 
 }  // namespace
 
-// forward_wgmma.cu, an experiment until a wgmma backward joins it (its S differs from the
-// backward's, see there): FLAMIA_FORWARD_KERNEL=wgmma selects it with FP32 promotion of every
-// wgmma k-step, =wgmma_chained with k-steps chained in the tensor core's accumulator
-// (faster, further off the specification). =fast selects the warp-specialized TMA kernel
-// (kernels/forward_fast.cu).
+// forward_wgmma.cu. Its chained variant is the default: it computes S with the backward's
+// instruction sequence (scores_wgmma.cuh), which training needs (docs/NUMERICS.md §5).
+// FLAMIA_FORWARD_KERNEL=mma_sync selects this file's kernel (S exact in FP32, for
+// comparison; not consistent with the backward at very large logits), =wgmma the wgmma
+// kernel with every k-step promoted to FP32 (likewise), =fast the warp-specialized TMA
+// kernel (kernels/forward_fast.cu; the same chained S with 128-key tiles).
 cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse, bool promote);
 cudaError_t forward_fast(const Params& p, const void* qkv8, void* out, float* lse);
 
@@ -192,10 +193,10 @@ enum class Kernel { kMmaSync, kWgmma, kWgmmaChained, kFast };
 Kernel selected_kernel() {
   static const Kernel kernel = [] {
     const char* v = std::getenv("FLAMIA_FORWARD_KERNEL");
+    if (v != nullptr && std::strcmp(v, "mma_sync") == 0) return Kernel::kMmaSync;
     if (v != nullptr && std::strcmp(v, "wgmma") == 0) return Kernel::kWgmma;
-    if (v != nullptr && std::strcmp(v, "wgmma_chained") == 0) return Kernel::kWgmmaChained;
     if (v != nullptr && std::strcmp(v, "fast") == 0) return Kernel::kFast;
-    return Kernel::kMmaSync;
+    return Kernel::kWgmmaChained;
   }();
   return kernel;
 }

@@ -22,12 +22,12 @@
 // order inside a tile is free in the specification). Measured with promotion: LSE max
 // |diff| 1e-4 .. 6e-4, O rel L2 0.0016 .. 0.0024 (86 .. 92 % bitwise equal), at 90 % of the
 // chained speed: one k32 step already rounds below FP32, so promotion narrows the gap but
-// does not close it. The chained kernel stays selectable for speed comparison (forward.cu).
-// Not for training yet: the backward recomputes S in exact FP32 (mma.sync), so with very
-// large logits (inputs x3000 in the GPU tests) exp2(S c - lse2) overflows on the S this
-// kernel rounded differently and the gradients become Inf. Forward and backward must
-// compute S with the same instruction; this kernel becomes the default together with a
-// wgmma backward that does.
+// does not close it.
+// The chained kernel is the default forward: its S is the backward's S bit for bit (the
+// same instruction sequence, scores_wgmma.cuh), so the backward's P = exp2(S c - lse2)
+// never exceeds 1 beyond the FP32 rounding of LSE, also at logits ~1e6, where an S rounded
+// differently overflows exp2 and makes the gradients Inf. The promoted kernel rounds S
+// differently from the backward and stays selectable for comparison only (forward.cu).
 // The P·V product of tile n - 1 (chained: both k-steps; promoted: its first k-step) is
 // issued after S of tile n and runs while the softmax of tile n does, so the tensor cores
 // see back-to-back work from one warpgroup (a second CTA per SM fills the remaining gaps).
@@ -40,6 +40,7 @@
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
 #include "sm90/schedule.cuh"
+#include "sm90/scores_wgmma.cuh"
 #include "sm90/sm90.h"
 #include "sm90/softmax.cuh"
 #include "sm90/tile_io.cuh"
@@ -53,8 +54,8 @@ constexpr int kStages = 3;  // key tiles in shared memory: loading, read by S, r
 
 template <int D>
 struct WgSmem {
-  using QTile = wgmma::KMajorTile<kTileTokens, D>;   // A of S: [64 queries][D]
-  using KTile = wgmma::KMajorTile<kTileTokens, D>;   // B of S: [64 keys][D]
+  using QTile = ScoreTile<D>;                        // A of S: [64 queries][D]
+  using KTile = ScoreTile<D>;                        // B of S: [64 keys][D]
   using VtTile = wgmma::KMajorTile<D, kTileTokens>;  // B of P·V: [D][64 key positions]
   static constexpr int kQ = 0;
   // One pipeline stage: K tile, Vᵀ tile, sk, sv.
@@ -67,22 +68,6 @@ struct WgSmem {
   static constexpr int kBytes = kStage0 + kStages * kStageBytes;
   static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
 };
-
-// Rows [0, valid) of a natural [tokens][D] FP8 copy (row r at src + r * row_stride) into a
-// KMajorTile<64, D>; rows >= valid are zero (valid >= 1). Eight consecutive threads copy
-// chunk c of eight consecutive rows = one core matrix (128 contiguous bytes).
-template <int D>
-__device__ __forceinline__ void load_rows(uint32_t dst, const uint8_t* src, int64_t row_stride, int valid) {
-  using Tile = wgmma::KMajorTile<kTileTokens, D>;
-  constexpr int kChunks = D / 16;
-#pragma unroll
-  for (int k = 0; k < kTileTokens * kChunks / kThreads; ++k) {
-    const int idx = int(threadIdx.x) + k * kThreads;
-    const int c = (idx >> 3) % kChunks, r = (idx & 7) + 8 * (idx / (8 * kChunks));
-    // Skipped rows read nothing; their address is clamped to a valid row of the tile.
-    ptx::cp_async_16(dst + Tile::chunk_offset(r, c), src + min(r, valid - 1) * row_stride + 16 * c, r < valid);
-  }
-}
 
 // Transposed tile: D rows of 64 positions (row d at src + d * tpad) into a KMajorTile<D, 64>;
 // 16-token groups that start at or past `valid` are zeros. Thread t always copies chunk
@@ -120,18 +105,20 @@ __device__ __forceinline__ void clear_vt_tail(uint8_t* tile, int valid) {
   }
 }
 
-// S = Q Kᵀ for one key tile. Chained: D/32 k-steps in one accumulator, the first with
-// scale-d = 0, left in flight. Promoted: each k-step after the first goes into the fresh
-// accumulator `step` and is added to s in FP32; s is complete on return.
+// S = Q Kᵀ for one key tile. Chained: the shared definition of S (scores_wgmma.cuh), left
+// in flight. Promoted: each k-step after the first goes into the fresh accumulator `step`
+// and is added to s in FP32; s is complete on return.
 template <int D, bool kPromote>
 __device__ __forceinline__ void scores(TileAcc& s, TileAcc& step, uint32_t qtile, uint32_t ktile) {
-  using S = WgSmem<D>;
-  auto qd = [&](int ks) { return wgmma::desc<typename S::QTile>(qtile, ks); };
-  auto kd = [&](int ks) { return wgmma::desc<typename S::KTile>(ktile, ks); };
-  wgmma::mma_ss<false>(s, qd(0), kd(0));
+  if constexpr (!kPromote) {
+    issue_scores<D>(s, qtile, ktile);
+  } else {
+    using S = WgSmem<D>;
+    auto qd = [&](int ks) { return wgmma::desc<typename S::QTile>(qtile, ks); };
+    auto kd = [&](int ks) { return wgmma::desc<typename S::KTile>(ktile, ks); };
+    wgmma::mma_ss<false>(s, qd(0), kd(0));
 #pragma unroll
-  for (int ks = 1; ks < D / 32; ++ks) {
-    if constexpr (kPromote) {
+    for (int ks = 1; ks < D / 32; ++ks) {
       if (ks > 1) wgmma::fence();  // s and step were touched by the previous FADDs
       wgmma::mma_ss<false>(step, qd(ks), kd(ks));
       wgmma::commit();
@@ -142,11 +129,8 @@ __device__ __forceinline__ void scores(TileAcc& s, TileAcc& step, uint32_t qtile
       for (int n = 0; n < 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[n][e] = __fadd_rn(s[n][e], step[n][e]);
-    } else {
-      wgmma::mma_ss<true>(s, qd(ks), kd(ks));
     }
   }
-  if constexpr (!kPromote) wgmma::commit();
 }
 
 // Issues p8 · Vᵀ tile into fresh (zero-initialised: scale-d = 0). Chained: both k-steps
@@ -174,7 +158,7 @@ __device__ __forceinline__ void softmax_tile(TileAcc& s, const float* sk, const 
     const float2 skj = *reinterpret_cast<const float2*>(sk + 8 * n + 2 * q);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[n][e] = __fmul_rn(__fmul_rn(s[n][e], sq_row[e >> 1]), (e & 1) ? skj.y : skj.x);
+      s[n][e] = score(s[n][e], sq_row[e >> 1], (e & 1) ? skj.y : skj.x);
       if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) s[n][e] = -INFINITY;
     }
   }
@@ -249,13 +233,13 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
   auto load_key_tile = [&](int n) {
     const int n0 = n * kTileTokens, valid = min(kTileTokens, dt.len - n0);
     const uint32_t st = base + S::stage(n % kStages);
-    load_rows<D>(st + S::kK, k_src + n0 * kv_row, kv_row, valid);
+    load_kmajor_rows<D>(st + S::kK, k_src + n0 * kv_row, kv_row, valid);
     load_vt<D>(st + S::kVt, vt_src + n0, a.tpad, valid);
     if (threadIdx.x < kTileTokens) load_scalar(st + S::kSk, sk_src + n0, valid, threadIdx.x);
     else load_scalar(st + S::kSv, sv_src + n0, valid, threadIdx.x - kTileTokens);
   };
 
-  load_rows<D>(base + S::kQ, a.q8 + (dt.tok0 + m0) * q_row + h * D, q_row, min(kTileTokens, dt.len - m0));
+  load_kmajor_rows<D>(base + S::kQ, a.q8 + (dt.tok0 + m0) * q_row + h * D, q_row, min(kTileTokens, dt.len - m0));
   load_key_tile(0);
   ptx::cp_async_commit();
 

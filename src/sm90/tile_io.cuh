@@ -12,6 +12,7 @@
 
 #include "quantize/layout.cuh"
 #include "sm90/ptx.cuh"
+#include "sm90/wgmma.cuh"
 
 namespace flamia {
 namespace sm90 {
@@ -56,6 +57,23 @@ __device__ __forceinline__ void load_fp8_rows(uint32_t dst, const uint8_t* src, 
     // Skipped rows read nothing; their address is clamped to a valid row of the tile.
     ptx::cp_async_16(dst + k * kRowsPerPass * Fp8RowTile<D>::kStride, src + min(r, valid - 1) * row_stride,
                      r < valid);
+  }
+}
+
+// The same rows into a wgmma::KMajorTile<64, D> (the operands of S, scores_wgmma.cuh):
+// rows >= valid are zero. Eight consecutive threads copy chunk c of eight consecutive rows
+// = one core matrix (128 contiguous bytes).
+template <int D>
+__device__ __forceinline__ void load_kmajor_rows(uint32_t dst, const uint8_t* src, int64_t row_stride,
+                                                 int valid) {
+  using Tile = wgmma::KMajorTile<kTileTokens, D>;
+  constexpr int kChunks = D / 16;
+#pragma unroll
+  for (int k = 0; k < kTileTokens * kChunks / kThreads; ++k) {
+    const int idx = int(threadIdx.x) + k * kThreads;
+    const int c = (idx >> 3) % kChunks, r = (idx & 7) + 8 * (idx / (8 * kChunks));
+    // Skipped rows read nothing; their address is clamped to a valid row of the tile.
+    ptx::cp_async_16(dst + Tile::chunk_offset(r, c), src + min(r, valid - 1) * row_stride + 16 * c, r < valid);
   }
 }
 
