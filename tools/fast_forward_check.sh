@@ -46,9 +46,9 @@ grep -B2 -A12 "Failure" "$OUT/gpu_fast.log" | head -60
 if [ -n "${NCU:-}" ] && command -v ncu >/dev/null 2>&1; then
   echo "==== ncu: fast forward, fixed-16k (stall reasons)"
   FLAMIA_FORWARD_KERNEL=fast timeout 300 ncu --clock-control none -k regex:forward_fast_kernel -c 1 \
-    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters --print-details all \
     "$BUILD/flamia_bench" --workloads fixed-16k --recipes fp8 --iters 1 --warmup 0 >"$OUT/ncu.txt" 2>&1
-  grep -E "Duration|Throughput|Issued|Eligible|Stall|stall|No Eligible|Active Warps" "$OUT/ncu.txt" | head -40
+  grep -E "Duration|Issued Warp|No Eligible|Stall|stall" "$OUT/ncu.txt" | head -40
 fi
 
 echo "==== benchmark"
