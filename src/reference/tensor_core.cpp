@@ -13,8 +13,8 @@ namespace flamia {
 namespace ref {
 namespace tc {
 
-const StepRule kHopperE4M3{32, 13, 13, -132};
-const StepRule kHopperBF16{16, 13, 13, -132};
+const StepRule kHopperE4M3{32, 13, 13, -6};
+const StepRule kHopperBF16{16, 25, 23, -126};
 
 namespace {
 
@@ -28,14 +28,16 @@ float canonical_nan() {
 // |x| cut toward zero to a multiple of 2^q, sign kept (x exact in double).
 double cut(double x, int q) { return std::ldexp(std::trunc(std::ldexp(x, -q)), q); }
 
-// The exact value v (a sum of aligned terms) as the FP32 the accumulator holds: cut to
-// sum_frac_bits of its own exponent; a value below FP32's smallest subnormal grid is cut
-// to that grid too, and one at or beyond 2^128 becomes Inf.
+// The exact value v (a sum of cut terms) as the FP32 the accumulator holds: cut to
+// sum_frac_bits of its own exponent and to FP32's subnormal grid (measured: a BF16 sum
+// below 2^-149 gives +0 for either sign). One at or beyond 2^128 becomes Inf: not
+// measured (E4M3 sums cannot get there; the probe's BF16 products stay below 2^81).
 float to_accumulator(double v, int sum_frac_bits) {
   if (v == 0.0) return 0.0f;  // an exact zero sum is +0 whatever the signs of the terms
   const int e = std::ilogb(v);
   v = cut(v, e - sum_frac_bits);
   v = cut(v, -149);
+  if (v == 0.0) return 0.0f;  // below FP32's smallest subnormal: +0 as well
   if (std::fabs(v) >= std::ldexp(1.0, 128)) return v > 0 ? std::numeric_limits<float>::infinity()
                                                          : -std::numeric_limits<float>::infinity();
   return float(v);  // exact: at most 24 significant bits on the FP32 grid
@@ -44,26 +46,35 @@ float to_accumulator(double v, int sum_frac_bits) {
 }  // namespace
 
 float mma_step(const StepRule& rule, float c, bool has_c, const float* a, const float* b) {
-  double terms[64];
+  double terms[65];
+  int exps[65];
   const int n = rule.k;
   int count = 0;
   bool nan = false, pinf = false, ninf = false;
-  auto add = [&](double t) {
+  auto add = [&](double t, int e) {
     if (std::isnan(t)) nan = true;
     else if (std::isinf(t)) (t > 0 ? pinf : ninf) = true;
-    else if (t != 0.0) terms[count++] = t;
+    else if (t != 0.0) {
+      terms[count] = t;
+      exps[count++] = e;
+    }
   };
-  if (has_c) add(double(c));
-  for (int i = 0; i < n; ++i) add(double(a[i]) * double(b[i]));  // Inf * 0 is NaN
+  // Exponent of a finite nonzero value in a format whose smallest normal exponent is emin.
+  auto expo = [](float x, int emin) { return std::max(std::ilogb(x), emin); };
+  if (has_c) add(double(c), c != 0.0f && std::isfinite(c) ? expo(c, -126) : 0);
+  for (int i = 0; i < n; ++i) {
+    const double p = double(a[i]) * double(b[i]);  // exact; Inf * 0 is NaN
+    add(p, p != 0.0 && std::isfinite(p) ? expo(a[i], rule.operand_min_exp) + expo(b[i], rule.operand_min_exp) : 0);
+  }
   if (nan || (pinf && ninf)) return canonical_nan();
   if (pinf) return std::numeric_limits<float>::infinity();
   if (ninf) return -std::numeric_limits<float>::infinity();
   if (count == 0) return 0.0f;
-  int e_max = rule.min_align_exp;
-  for (int i = 0; i < count; ++i) e_max = std::max(e_max, std::ilogb(terms[i]));
+  int e_max = exps[0];
+  for (int i = 1; i < count; ++i) e_max = std::max(e_max, exps[i]);
   const int q = e_max - rule.term_frac_bits;
-  // Each aligned term is an integer multiple of 2^q below 2^(term_frac_bits + 1); their
-  // sum (at most 33 terms) is exact in double.
+  // Each cut term is an integer multiple of 2^q below 2^(term_frac_bits + 2) (a product's
+  // significand is below 4); their sum (at most 33 terms) is exact in double.
   double sum = 0.0;
   for (int i = 0; i < count; ++i) sum += cut(terms[i], q);
   return to_accumulator(sum, rule.sum_frac_bits);

@@ -1,11 +1,15 @@
 // A host-only model of how a Hopper warpgroup MMA (wgmma ... .f32 accumulate) adds one
-// k-step of products to its FP32 accumulator. It is not IEEE addition: the products of
-// one step and the incoming accumulator are aligned to the largest exponent among them,
-// each aligned term keeps a fixed number of fraction bits (cut toward zero), the terms are
-// summed exactly, and the sum is cut again to a fixed number of fraction bits of its own
-// exponent. The rule's parameters (fraction bits, alignment floor) were measured on an
-// H200 (docs/NUMERICS.md §6); the functions below take them as data so that the probe can
-// test neighbouring hypotheses with the same code.
+// k-step of products to its FP32 accumulator. It is not IEEE addition. Measured on an H200
+// (docs/NUMERICS.md §6), bit for bit on every probed case:
+//   - every term gets an exponent: a product a·b the sum ea + eb of its operands'
+//     exponents (not the exponent of the product itself, whose significand may be >= 2;
+//     a subnormal operand counts with its format's smallest normal exponent); the
+//     incoming accumulator its own FP32 exponent (subnormals: -126);
+//   - E = the largest of these over the nonzero terms of the step;
+//   - each term is cut toward zero to a multiple of 2^(E - term_frac_bits);
+//   - the cut terms are summed exactly; the sum is cut toward zero to sum_frac_bits
+//     fraction bits of its own exponent (and to FP32's subnormal grid).
+// The functions take the parameters as data so that the probe can test neighbouring rules.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +22,12 @@ struct StepRule {
   int k;              // products per instruction step: 32 (E4M3 k32), 16 (BF16 k16)
   int term_frac_bits; // aligned terms are cut toward zero to 2^(E - term_frac_bits), E = alignment exponent
   int sum_frac_bits;  // the exact sum is cut toward zero to 2^(e - sum_frac_bits), e = its own exponent
-  int min_align_exp;  // E = max(largest exponent among the nonzero terms, min_align_exp)
+  int operand_min_exp;// the operand format's smallest normal exponent (E4M3: -6, BF16: -126)
 };
 
-// wgmma.mma_async m64nNk32.f32.e4m3.e4m3 and m64nNk16.f32.bf16.bf16 on H200 (sm_90a).
+// wgmma.mma_async m64nNk32.f32.e4m3.e4m3 {32, 13, 13, -6} and m64nNk16.f32.bf16.bf16
+// {16, 25, 23, -126} on H200 (sm_90a): the same for A from shared memory or registers,
+// for N = 64, 128, 256, and for scale-d 0 or scale-d 1 on a +0 accumulator.
 extern const StepRule kHopperE4M3;
 extern const StepRule kHopperBF16;
 
