@@ -6,7 +6,8 @@
 // vectorize them *across* independent sums (e.g. S_j for many j at once, acc[d] for many
 // d at once) without reassociating any single sum. Every product inside a matmul is exact
 // in FP32 (E4M3*E4M3 and BF16*BF16 significands fit in 24 bits), so fused or unfused
-// multiply-adds give the same bits there.
+// multiply-adds give the same bits there. With EmulationConfig::arith = Wgmma, S and the
+// forward's P·V are summed as Hopper's wgmma sums them instead (tensor_core.h, ALGORITHM.md §6).
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -73,11 +73,13 @@ float mma_step(const StepRule& rule, float c, bool has_c, const float* a, const 
   int e_max = exps[0];
   for (int i = 1; i < count; ++i) e_max = std::max(e_max, exps[i]);
   const int q = e_max - rule.term_frac_bits;
-  // Each cut term is an integer multiple of 2^q below 2^(term_frac_bits + 2) (a product's
-  // significand is below 4); their sum (at most 33 terms) is exact in double.
-  double sum = 0.0;
-  for (int i = 0; i < count; ++i) sum += cut(terms[i], q);
-  return to_accumulator(sum, rule.sum_frac_bits);
+  // In units of 2^q each cut term is an integer below 2^(term_frac_bits + 2) (a product's
+  // significand is below 4); their sum (at most 33 terms) is exact in double, and so are
+  // the scalings by powers of two (|q| < 300).
+  const double down = std::ldexp(1.0, -q);
+  double units = 0.0;
+  for (int i = 0; i < count; ++i) units += std::trunc(terms[i] * down);
+  return to_accumulator(std::ldexp(units, q), rule.sum_frac_bits);
 }
 
 float mma_dot(const StepRule& rule, const float* a, const float* b, int n, int stride_b) {

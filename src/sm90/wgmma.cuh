@@ -90,7 +90,8 @@ __device__ __forceinline__ void pin(uint32_t (&a)[N]) {
 // kAccumulate = false: d = A B (scale-d = 0; d is write-only, a fresh accumulator);
 // true: d += A B. A: 64 x 32, B: N x 32 (K-major), FP8 E4M3, "f32" accumulate — but the
 // FP8 accumulation keeps fewer bits than FP32 (HOPPER-FP8-NOTES.md §7), so chained d += A B
-// rounds differently from FP32 adds of fresh products (measured in forward_wgmma.cu).
+// rounds differently from FP32 adds of fresh products (measured in forward_wgmma.cu; the
+// exact rule, measured on H200: docs/NUMERICS.md §6, modelled in reference/tensor_core.h).
 #define FLAMIA_WGMMA_ACC4(c, n) c(d[n][0]), c(d[n][1]), c(d[n][2]), c(d[n][3])
 #define FLAMIA_WGMMA_ACC32(c)                                                               \
   FLAMIA_WGMMA_ACC4(c, 0), FLAMIA_WGMMA_ACC4(c, 1), FLAMIA_WGMMA_ACC4(c, 2), FLAMIA_WGMMA_ACC4(c, 3), \
