@@ -15,6 +15,8 @@
 // non-finite accumulators. Batches that share an input set are also compared with each
 // other: SS vs RS, N = 64/128/256 (the same row·column), (A·Bᵀ) vs (B·Aᵀ)ᵀ, waiting
 // after every step, and scale-d 0 vs scale-d 1 on a +0 accumulator.
+// ptxas serializes these wgmmas (scale-d is chosen by a runtime branch): the probe measures
+// arithmetic, not overlap, and does not exercise steps kept in flight.
 #include <cuda_runtime.h>
 
 #include <algorithm>
