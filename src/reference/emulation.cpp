@@ -6,7 +6,8 @@
 // vectorize them *across* independent sums (e.g. S_j for many j at once, acc[d] for many
 // d at once) without reassociating any single sum. Every product inside a matmul is exact
 // in FP32 (E4M3*E4M3 and BF16*BF16 significands fit in 24 bits), so fused or unfused
-// multiply-adds give the same bits there.
+// multiply-adds give the same bits there. With EmulationConfig::arith = Wgmma, S and the
+// forward's P·V are summed as Hopper's wgmma sums them instead (tensor_core.h, ALGORITHM.md §6).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,6 +15,7 @@
 
 #include "flamia/formats.h"
 #include "reference/reference.h"
+#include "reference/tensor_core.h"
 
 namespace flamia {
 namespace ref {
@@ -172,6 +174,25 @@ void dot_rows(const float* a, const float* bt, int n, int dim, int j0, int j1, f
   }
 }
 
+// The wgmma step rule for the operands of a scheme: E4M3, or BF16 for the bf16 scheme.
+const tc::StepRule& wgmma_rule(Scheme scheme) {
+  return scheme == Scheme::Bf16 ? tc::kHopperBF16 : tc::kHopperE4M3;
+}
+
+// S_j = q8·k8_j for keys j in [j0, j1) of a document (kt: its keys transposed, [D][n]):
+// the one definition of the raw scores that the forward and both backward passes use.
+// Wgmma: each dot product is the chain of D/32 (D/16) steps of the kernel's S = Q Kᵀ,
+// which is the same for (Q Kᵀ) and (K Qᵀ)ᵀ and for every instruction N (measured).
+void raw_scores(const EmulationConfig& cfg, const float* q, const float* kt, int n, int dim, int j0, int j1,
+                float* out) {
+  if (cfg.arith.s == Accumulation::Fp32) {
+    dot_rows(q, kt, n, dim, j0, j1, out);
+    return;
+  }
+  const tc::StepRule& rule = wgmma_rule(cfg.scheme);
+  for (int j = j0; j < j1; ++j) out[j - j0] = tc::mma_dot(rule, q, kt + j, dim, n);
+}
+
 // The visible key range of query row i in a document of length L.
 inline int key_end(int i, int L, bool causal) { return causal ? i + 1 : L; }
 // The visible query range of key row j.
@@ -201,7 +222,7 @@ void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
   for (int n0 = 0; n0 < jend; n0 += BN) {
     const int n1 = std::min(n0 + BN, jend), w = n1 - n0;
     // 1. logits of the visible keys (masked keys are simply not in [n0, n1)).
-    dot_rows(qi, kt.data(), L, D, n0, n1, s_buf);
+    raw_scores(*cx.cfg, qi, kt.data(), L, D, n0, n1, s_buf);
     for (int j = 0; j < w; ++j) s_buf[j] = (s_buf[j] * sq) * cx.k->s(base + n0 + j, kvh);
     // 2. running maximum.
     float tile_max = -kInf;
@@ -218,12 +239,21 @@ void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     // 5. fold V's scale into P, round P for the PV matmul.
     for (int j = 0; j < w; ++j) p_buf[j] *= cx.v->s(base + n0 + j, kvh);
     const float sigma = round_tile_operand(p_buf, w, fp8);
-    // 6. tile product in a fresh FP32 accumulator, then scaled and added.
-    for (int d = 0; d < D; ++d) tile[d] = 0.0f;
-    for (int j = 0; j < w; ++j) {
-      const float pj = p_buf[j];
-      const float* vj = cx.v->row(base + n0 + j, kvh);
-      for (int d = 0; d < D; ++d) tile[d] += pj * vj[d];
+    // 6. tile product in a fresh FP32 accumulator, then scaled and added. Wgmma: per output
+    // element, the chain of steps over the tile's keys in ascending order (the kernel's P
+    // operand holds keys 32 s .. 32 s + 31 in step s; masked keys are zero products, and
+    // trailing all-zero steps leave a step's result unchanged).
+    if (cx.cfg->arith.pv == Accumulation::Fp32) {
+      for (int d = 0; d < D; ++d) tile[d] = 0.0f;
+      for (int j = 0; j < w; ++j) {
+        const float pj = p_buf[j];
+        const float* vj = cx.v->row(base + n0 + j, kvh);
+        for (int d = 0; d < D; ++d) tile[d] += pj * vj[d];
+      }
+    } else {
+      const float* v0 = cx.v->row(base + n0, kvh);
+      for (int d = 0; d < D; ++d)
+        tile[d] = tc::mma_dot(wgmma_rule(cx.cfg->scheme), p_buf, v0 + d, w, cx.v->heads * D);
     }
     for (int d = 0; d < D; ++d) acc[d] = acc[d] * alpha + sigma * tile[d];
     m = m_new;
@@ -269,7 +299,7 @@ struct PairMatrices {
   std::vector<float> P, dS;
 };
 
-PairMatrices pair_matrices(const Problem& p, const Operand& q8, const Operand& k8,
+PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const Operand& q8, const Operand& k8,
                            const Operand& v8, const Operand& do8, const float* lse2,
                            const float* Drow, int64_t base, int L, int h, int kvh) {
   const int D = p.head_dim;
@@ -283,7 +313,7 @@ PairMatrices pair_matrices(const Problem& p, const Operand& q8, const Operand& k
   for (int i = 0; i < L; ++i) {
     const int jend = key_end(i, L, p.causal);
     const int64_t ti = base + i;
-    dot_rows(q8.row(ti, h), kt.data(), L, D, 0, jend, s.data());
+    raw_scores(cfg, q8.row(ti, h), kt.data(), L, D, 0, jend, s.data());
     dot_rows(do8.row(ti, h), vt.data(), L, D, 0, jend, dp.data());
     const float sq = q8.s(ti, h), sdo = do8.s(ti, h);
     for (int j = 0; j < jend; ++j) {
@@ -407,7 +437,7 @@ void emulate_backward(const Problem& p, const EmulationConfig& cfg, const uint16
           lse2[i] = lse[size_t(h) * T + base + i] * kLog2e;
         }
         const PairMatrices pm =
-            pair_matrices(p, q8, k8, v8, do8, lse2.data(), Drow.data(), base, L, h, kvh);
+            pair_matrices(p, cfg, q8, k8, v8, do8, lse2.data(), Drow.data(), base, L, h, kvh);
         accumulate_dkdv(p, cfg, pm, q8, do8, base, L, h, dk_acc.data(), dv_acc.data());
         compute_dq(p, cfg, pm, k8, base, L, h, kvh, dq);
       }

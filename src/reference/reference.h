@@ -46,10 +46,25 @@ struct Tiling {
   int bwd_block_n = tiles::kBwdBlockN;
 };
 
+// How the dot products of a matmul are summed.
+enum class Accumulation {
+  Fp32,   // FP32 adds (round to nearest) of exact products, ascending index: the mma.sync
+          // kernels, whose FP8 products the tensor cores add in FP32
+  Wgmma   // Hopper wgmma: chains of k32 (E4M3) or k16 (BF16) steps in ascending index,
+          // each step summed as tensor_core.h models (measured on H200, NUMERICS.md §6)
+};
+
+// The accumulation of each matmul that a kernel may issue as wgmma.
+struct Arithmetic {
+  Accumulation s = Accumulation::Fp32;   // S = q8·k8 over D, forward and backward (one definition)
+  Accumulation pv = Accumulation::Fp32;  // the forward's P·V tile product over the tile's keys
+};
+
 struct EmulationConfig {
   flamia_recipe recipe = FLAMIA_RECIPE_FP8;
   Scheme scheme = Scheme::PerToken;
   Tiling tiling;
+  Arithmetic arith;
 };
 
 // The specification. Inputs and outputs are BF16 bit patterns (uint16_t), lse FP32.

@@ -1,0 +1,101 @@
+// Model of the Hopper wgmma accumulation (tensor_core.h). Products of E4M3 or BF16
+// values are exact in double (at most 16 significant bits, exponents within [-266, 256]),
+// and so is every alignment below (scaling by powers of two, integers under 2^53).
+#include "reference/tensor_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace flamia {
+namespace ref {
+namespace tc {
+
+const StepRule kHopperE4M3{32, 13, 13, -6};
+const StepRule kHopperBF16{16, 25, 23, -126};
+
+namespace {
+
+float canonical_nan() {
+  const uint32_t u = 0x7fffffffu;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// |x| cut toward zero to a multiple of 2^q, sign kept (x exact in double).
+double cut(double x, int q) { return std::ldexp(std::trunc(std::ldexp(x, -q)), q); }
+
+// The exact value v (a sum of cut terms) as the FP32 the accumulator holds: cut to
+// sum_frac_bits of its own exponent and to FP32's subnormal grid (measured: a BF16 sum
+// below 2^-149 gives +0 for either sign). One at or beyond 2^128 becomes Inf: not
+// measured (E4M3 sums cannot get there; the probe's BF16 products stay below 2^81).
+float to_accumulator(double v, int sum_frac_bits) {
+  if (v == 0.0) return 0.0f;  // an exact zero sum is +0 whatever the signs of the terms
+  const int e = std::ilogb(v);
+  v = cut(v, e - sum_frac_bits);
+  v = cut(v, -149);
+  if (v == 0.0) return 0.0f;  // below FP32's smallest subnormal: +0 as well
+  if (std::fabs(v) >= std::ldexp(1.0, 128)) return v > 0 ? std::numeric_limits<float>::infinity()
+                                                         : -std::numeric_limits<float>::infinity();
+  return float(v);  // exact: at most 24 significant bits on the FP32 grid
+}
+
+}  // namespace
+
+float mma_step(const StepRule& rule, float c, bool has_c, const float* a, const float* b) {
+  double terms[65];
+  int exps[65];
+  const int n = rule.k;
+  int count = 0;
+  bool nan = false, pinf = false, ninf = false;
+  auto add = [&](double t, int e) {
+    if (std::isnan(t)) nan = true;
+    else if (std::isinf(t)) (t > 0 ? pinf : ninf) = true;
+    else if (t != 0.0) {
+      terms[count] = t;
+      exps[count++] = e;
+    }
+  };
+  // Exponent of a finite nonzero value in a format whose smallest normal exponent is emin.
+  auto expo = [](float x, int emin) { return std::max(std::ilogb(x), emin); };
+  if (has_c) add(double(c), c != 0.0f && std::isfinite(c) ? expo(c, -126) : 0);
+  for (int i = 0; i < n; ++i) {
+    const double p = double(a[i]) * double(b[i]);  // exact; Inf * 0 is NaN
+    add(p, p != 0.0 && std::isfinite(p) ? expo(a[i], rule.operand_min_exp) + expo(b[i], rule.operand_min_exp) : 0);
+  }
+  if (nan || (pinf && ninf)) return canonical_nan();
+  if (pinf) return std::numeric_limits<float>::infinity();
+  if (ninf) return -std::numeric_limits<float>::infinity();
+  if (count == 0) return 0.0f;
+  int e_max = exps[0];
+  for (int i = 1; i < count; ++i) e_max = std::max(e_max, exps[i]);
+  const int q = e_max - rule.term_frac_bits;
+  // In units of 2^q each cut term is an integer below 2^(term_frac_bits + 2) (a product's
+  // significand is below 4); their sum (at most 33 terms) is exact in double, and so are
+  // the scalings by powers of two (|q| < 300).
+  const double down = std::ldexp(1.0, -q);
+  double units = 0.0;
+  for (int i = 0; i < count; ++i) units += std::trunc(terms[i] * down);
+  return to_accumulator(std::ldexp(units, q), rule.sum_frac_bits);
+}
+
+float mma_dot(const StepRule& rule, const float* a, const float* b, int n, int stride_b) {
+  float pa[64], pb[64];
+  float acc = 0.0f;
+  for (int k0 = 0; k0 < n; k0 += rule.k) {
+    for (int i = 0; i < rule.k; ++i) {
+      const bool in = k0 + i < n;
+      pa[i] = in ? a[k0 + i] : 0.0f;
+      pb[i] = in ? b[size_t(k0 + i) * stride_b] : 0.0f;
+    }
+    acc = mma_step(rule, acc, k0 > 0, pa, pb);
+  }
+  return acc;
+}
+
+}  // namespace tc
+}  // namespace ref
+}  // namespace flamia
