@@ -54,10 +54,11 @@ enum class Accumulation {
           // each step summed as tensor_core.h models (measured on H200, NUMERICS.md §6)
 };
 
-// The accumulation of each matmul that a kernel may issue as wgmma.
+// The accumulation of each matmul that a kernel may issue as wgmma; the defaults are the
+// default GPU kernels' (every forward matmul and the backward's S on wgmma).
 struct Arithmetic {
-  Accumulation s = Accumulation::Fp32;   // S = q8·k8 over D, forward and backward (one definition)
-  Accumulation pv = Accumulation::Fp32;  // the forward's P·V tile product over the tile's keys
+  Accumulation s = Accumulation::Wgmma;   // S = q8·k8 over D, forward and backward (one definition)
+  Accumulation pv = Accumulation::Wgmma;  // the forward's P·V tile product over the tile's keys
 };
 
 struct EmulationConfig {

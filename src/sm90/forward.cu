@@ -206,6 +206,8 @@ int forward_block_n() {
   return selected_kernel() == Kernel::kFast ? tiles::kFwdBlockN : tiles::kRefFwdBlockN;
 }
 
+bool forward_is_wgmma() { return selected_kernel() != Kernel::kMmaSync; }
+
 cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse) {
   const Kernel kernel = selected_kernel();
   if (kernel == Kernel::kFast) return forward_fast(p, qkv8, out, lse);

@@ -33,6 +33,9 @@ struct Params {
 // Key-tile size of the forward kernel this process runs (FLAMIA_FORWARD_KERNEL selects it;
 // common/tiles.h): the specification must use the same to be compared bit for bit.
 int forward_block_n();
+// Whether that forward issues S and P·V as wgmma (false: the mma.sync reference forward,
+// which sums in FP32).
+bool forward_is_wgmma();
 
 size_t qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                   flamia_recipe recipe, bool for_backward);

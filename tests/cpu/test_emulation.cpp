@@ -208,7 +208,11 @@ void expect_bits_equal(const Bits& a, const Bits& b, const char* what) {
   EXPECT_EQ(diff, 0u) << what << ": " << diff << " of " << a.size() << " elements differ";
 }
 
-void expect_matches_literal(const Pack& pk, const EmulationConfig& cfg) {
+// The transcription sums every dot product in FP32; the wgmma accumulation has its own tests
+// (test_tensor_core.cpp, test_wgmma_spec.cpp).
+void expect_matches_literal(const Pack& pk, EmulationConfig cfg) {
+  cfg.arith.s = Accumulation::Fp32;
+  cfg.arith.pv = Accumulation::Fp32;
   SCOPED_TRACE(std::string(scheme_name(cfg.scheme)) + " " + recipe_name(cfg.recipe) + " " + describe(pk));
   const Outputs got = run_emulation(pk, cfg, true);
   const Literal lit(pk, cfg);

@@ -322,7 +322,11 @@ ref::EmulationConfig spec_config(const Case& c) {
   ref::EmulationConfig cfg;
   cfg.recipe = c.recipe;
   cfg.scheme = ref::Scheme::PerToken;
-  cfg.tiling.fwd_block_n = flamia::sm90::forward_block_n();  // the forward kernel selected for this process
+  // The forward kernel selected for this process: its key tiles and its arithmetic.
+  cfg.tiling.fwd_block_n = flamia::sm90::forward_block_n();
+  const auto acc = flamia::sm90::forward_is_wgmma() ? ref::Accumulation::Wgmma : ref::Accumulation::Fp32;
+  cfg.arith.s = acc;
+  cfg.arith.pv = acc;
   return cfg;
 }
 
