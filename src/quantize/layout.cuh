@@ -21,6 +21,7 @@
 
 #include "flamia/flamia.h"
 #include "flamia/formats.h"
+#include "quantize/guard.h"
 #include "sm90/sm90.h"
 
 namespace flamia {
@@ -63,6 +64,7 @@ class Builder {
 };
 
 struct Qkv8Layout {
+  int64_t total_tokens = 0, num_docs = 0;
   int64_t tpad = 0;
   int64_t sched_capacity = 0;  // work-list entries
   int64_t nt_cap = 0;          // bound on tiles per document
@@ -72,6 +74,8 @@ struct Qkv8Layout {
   size_t sched_count = 0;                   // int: number of work items
   size_t sched_items = 0;                   // int2 [sched_capacity]: (document, tile)
   size_t sched_scratch = 0;                 // int [3 (nt_cap + 1)]: counting-sort scratch
+  size_t status = 0;                        // guard::DeviceError of the last call (guard.h)
+  size_t fingerprint = 0;                   // uint64: what the contents were quantized for
   // Backward-only regions (0 when absent).
   size_t v8 = 0;                            // [T,Hkv,D]
   size_t qt8 = 0, kt8 = 0;                  // fp8 recipe: [Hq][D][Tpad], [Hkv][D][Tpad]
@@ -81,6 +85,8 @@ struct Qkv8Layout {
                          flamia_recipe recipe, bool for_backward) {
     Qkv8Layout l;
     const size_t T = size_t(total_tokens), D = size_t(head_dim);
+    l.total_tokens = total_tokens;
+    l.num_docs = num_docs;
     l.tpad = padded_tokens(total_tokens, num_docs);
     l.nt_cap = max_tiles_per_doc(total_tokens);
     l.sched_capacity = l.nt_cap + num_docs;
@@ -94,6 +100,8 @@ struct Qkv8Layout {
     l.sched_count = b.add(sizeof(int));
     l.sched_items = b.add(size_t(l.sched_capacity) * 2 * sizeof(int));
     l.sched_scratch = b.add(size_t(3 * (l.nt_cap + 1)) * sizeof(int));
+    l.status = b.add(sizeof(guard::DeviceError));
+    l.fingerprint = b.add(sizeof(uint64_t));
     if (for_backward) {
       l.v8 = b.add(T * hkv * D);
       if (recipe == FLAMIA_RECIPE_FP8) {
@@ -113,6 +121,7 @@ struct BwdWorkspaceLayout {
   size_t dot8 = 0;  // [Hq][D][Tpad]
   size_t sdo = 0;   // fp32 [Hq][T]
   size_t dvec = 0;  // fp32 [Hq][T]
+  size_t status = 0;  // guard::DeviceError of the last backward (guard.h)
   size_t bytes = 0;
 
   static BwdWorkspaceLayout make(int64_t total_tokens, int64_t num_docs, int hq, int head_dim) {
@@ -124,6 +133,7 @@ struct BwdWorkspaceLayout {
     l.dot8 = b.add(size_t(hq) * D * size_t(l.tpad));
     l.sdo = b.add(T * hq * sizeof(float));
     l.dvec = b.add(T * hq * sizeof(float));
+    l.status = b.add(sizeof(guard::DeviceError));
     l.bytes = b.size();
     return l;
   }

@@ -20,11 +20,15 @@ struct WorkListOut {
   int2* items = nullptr;
   int* scratch = nullptr;  // 3 (nt_cap + 1) ints (Qkv8Layout::sched_scratch)
   int nt_cap = 0;
+  int64_t capacity = 0;    // entries of items (Qkv8Layout::sched_capacity)
   bool causal = false;
 };
 
-__device__ __forceinline__ int doc_tiles(const int32_t* cu, int b) {
-  return (cu[b + 1] - cu[b] + kTile - 1) / kTile;
+// Tiles of document b. cu_seqlens was validated by guard_block before the list is built;
+// the clamp to [0, nt_cap] keeps every scratch index in bounds regardless.
+__device__ __forceinline__ int doc_tiles(const int32_t* cu, int b, int nt_cap) {
+  const int64_t len = int64_t(cu[b + 1]) - cu[b];
+  return int(min(max((len + kTile - 1) / kTile, int64_t(0)), int64_t(nt_cap)));
 }
 
 // data[k] <- sum_{k' > k} data[k'] for k in [0, n); returns the sum of all n inputs. Called
@@ -60,8 +64,10 @@ __device__ int reverse_exclusive_scan(int* data, int n, int (&warp_sums)[kThread
   return total;
 }
 
+// Returns false when the items would not fit (impossible for a validated cu_seqlens): the
+// caller then records a fault; no entry past the capacity is written either way.
 template <int kThreads>
-__device__ void build_work_list_block(const int32_t* cu, int num_docs, const WorkListOut& out) {
+__device__ bool build_work_list_block(const int32_t* cu, int num_docs, const WorkListOut& out) {
   __shared__ int warp_sums[kThreads / 32];
   const int n = out.nt_cap + 1;
   int* docs_per_tiles = out.scratch;  // [k]: documents with k tiles
@@ -70,7 +76,7 @@ __device__ void build_work_list_block(const int32_t* cu, int num_docs, const Wor
   for (int k = threadIdx.x; k < n; k += kThreads) docs_per_tiles[k] = 0;
   __syncthreads();
   for (int b = threadIdx.x; b < num_docs; b += kThreads) {
-    const int nt = doc_tiles(cu, b);
+    const int nt = doc_tiles(cu, b, out.nt_cap);
     if (nt > 0) atomicAdd(&docs_per_tiles[nt], 1);
   }
   __syncthreads();
@@ -94,13 +100,15 @@ __device__ void build_work_list_block(const int32_t* cu, int num_docs, const Wor
     __syncthreads();
     total = reverse_exclusive_scan<kThreads>(start, n, warp_sums);
   }
-  if (threadIdx.x == 0) *out.count = total;
+  const bool fits = total <= out.capacity;
+  if (threadIdx.x == 0) *out.count = fits ? total : 0;
+  if (!fits) return false;  // uniform: total is the same in every thread
 
   // A warp takes 32 documents, one per lane, and spreads their tiles over its lanes.
   const int lane = threadIdx.x & 31;
   for (int first = int(threadIdx.x) - lane; first < num_docs; first += kThreads) {
     const int b = first + lane;
-    const int nt = b < num_docs ? doc_tiles(cu, b) : 0;
+    const int nt = b < num_docs ? doc_tiles(cu, b, out.nt_cap) : 0;
     const int rank = nt > 0 ? atomicAdd(&cursor[nt], 1) : 0;
     int incl = nt;  // inclusive prefix of the lanes' tile counts
 #pragma unroll
@@ -126,6 +134,7 @@ __device__ void build_work_list_block(const int32_t* cu, int num_docs, const Wor
       }
     }
   }
+  return true;
 }
 
 }  // namespace quant
