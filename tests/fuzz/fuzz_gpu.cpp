@@ -376,10 +376,16 @@ bool all_nan(const std::vector<float>& x) {
   return true;
 }
 
-// Whether FP32 arithmetic stays finite for document b (module comment): S = q.k, dS, dQ/dK.
+// Whether the outputs of document b must be finite (module comment). Forward: a bound on
+// the logits |S c| (12 D mq mk scale log2e is ~20x the typical size): the specification and
+// the kernels compute p = exp2(fma(s, c, -fl(m c))), whose exponent at s = m is the rounding
+// error of m c, half an ulp; beyond |m c| ~ 1e8 that reaches tens and exp2 overflows, so
+// larger logits give NaN/Inf (never finite numbers) — measured with the CPU specification:
+// finite at logits ~1e8 for 100 keys, non-finite at ~3e8 for 300 keys. Backward: dS, dQ/dK
+// and dV bounded well inside FP32/BF16 range.
 bool expect_finite_fwd(const Fuzz& f, int b) {
   const Mag& m = f.mag[size_t(b)];
-  return 25.0 * f.c.d * m.q * m.k * f.c.resolved_scale() < 1e36;
+  return 12.0 * f.c.d * m.q * m.k * f.c.resolved_scale() * 1.4426950408889634 < 1e7;
 }
 bool expect_finite_bwd(const Fuzz& f, int b) {
   const Mag& m = f.mag[size_t(b)];
