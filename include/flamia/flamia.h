@@ -12,13 +12,31 @@
  *
  * Validation: shapes, dtypes, layouts, devices, alignment (16 bytes for device tensors and
  * buffers) and buffer sizes are always checked. The values of a host cu_seqlens are always
- * checked too; those of a device cu_seqlens only in checking mode, because reading them
- * costs a stream synchronisation. Checking mode (environment variable FLAMIA_CHECK=1, read
- * at each call) also verifies that device pointers belong to the declared device and
- * reports NaN/Inf in q, k, v and dout as FLAMIA_ERROR_NONFINITE; it synchronises the stream
- * and is meant for debugging. Without it NaN/Inf propagate to the affected outputs and no
- * call synchronises the device. A rejected call writes nothing. T = 0 is a valid, empty
- * call. Strides of size-1 dimensions are ignored. */
+ * checked too. Checking mode (environment variable FLAMIA_CHECK=1, read at each call) also
+ * verifies that device pointers belong to the declared device and reports NaN/Inf in q, k,
+ * v and dout as FLAMIA_ERROR_NONFINITE; it synchronises the stream and is meant for
+ * debugging. Without it NaN/Inf propagate to the affected outputs and no call synchronises
+ * the device. A rejected call writes nothing. T = 0 is a valid, empty call. Strides of
+ * size-1 dimensions are ignored.
+ *
+ * Device cu_seqlens and max_seqlen (hostile input). The invariants are
+ *   cu[0] = 0,  cu[b] <= cu[b + 1],  cu[B] = T,  cu[b + 1] - cu[b] <= max_seqlen;
+ * equal consecutive entries (zero-length documents) are valid. No value of cu_seqlens or
+ * max_seqlen causes an out-of-bounds access: every kernel clamps what it reads and writes to
+ * the tensors' extents. Whether the values are valid is checked
+ *   - in checking mode on the host before anything is launched: the call fails with
+ *     FLAMIA_ERROR_INVALID_ARGUMENT and a message naming cu_seqlens (or max_seqlen) and the
+ *     broken invariant, e.g. "cu_seqlens: must be non-decreasing, got cu_seqlens[2] = 100 <
+ *     cu_seqlens[1] = 400";
+ *   - otherwise on the device, by the call's first kernel, without a host synchronisation:
+ *     the call returns FLAMIA_SUCCESS, computes nothing, fills its outputs (out and lse;
+ *     dq, dk and dv) with NaN, and records the fault in a sticky per-device record that
+ *     flamia_check_errors reports. Outputs are never finite numbers computed from an invalid
+ *     cu_seqlens.
+ * The same holds for qkv8_filled: flamia_quantize_qkv (and a self-quantizing forward) store
+ * a fingerprint of (cu_seqlens, T, B, heads, head dim, recipe) in qkv8; a forward with
+ * qkv8_filled or a backward whose arguments do not match it is rejected that way (message
+ * naming qkv8), and a rejected qkv8 stays rejected until it is quantized again. */
 #ifndef FLAMIA_FLAMIA_H
 #define FLAMIA_FLAMIA_H
 
@@ -112,6 +130,15 @@ flamia_status flamia_forward(const flamia_attention_args* args, flamia_tensor ou
 flamia_status flamia_backward(const flamia_attention_args* args, flamia_tensor dout, flamia_tensor out,
                               flamia_tensor lse, const void* qkv8, size_t qkv8_bytes, void* workspace,
                               size_t workspace_bytes, flamia_tensor dq, flamia_tensor dk, flamia_tensor dv);
+
+/* Errors that the device recorded without a host synchronisation (invalid device
+ * cu_seqlens / max_seqlen, a qkv8 that does not match the call; see the top of this file):
+ * reads and clears the sticky record of `device` (a CUDA ordinal), or with device = -1 of
+ * every device this process has run calls on. Returns FLAMIA_SUCCESS when nothing was
+ * recorded, else FLAMIA_ERROR_INVALID_ARGUMENT with flamia_last_error() naming the device,
+ * the argument, the broken invariant and the call; only the first fault since the last
+ * check is kept. Synchronises the device(s): meant to be called every N training steps. */
+flamia_status flamia_check_errors(int32_t device);
 
 /* Message of the last failed call on this thread ("" if none). A successful call leaves it
  * unchanged. */

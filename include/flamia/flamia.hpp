@@ -159,6 +159,10 @@ inline void backward(const flamia_attention_args& args, flamia_tensor dout, flam
   check(flamia_backward(&args, dout, out, lse, qkv8, qkv8_bytes, workspace, workspace_bytes, dq, dk, dv));
 }
 
+// Throws the error recorded on the device (flamia_check_errors) if there is one; device -1:
+// every device this process ran calls on. Synchronises the device(s).
+inline void check_errors(int32_t device = -1) { check(flamia_check_errors(device)); }
+
 inline bool gpu_available() { return flamia_gpu_available() != 0; }
 inline std::string version() { return flamia_version_string(); }
 inline std::string last_error() { return flamia_last_error(); }

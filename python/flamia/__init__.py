@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "FlamiaError",
     "RECIPES",
+    "check_errors",
     "attention",
     "flash_attn_varlen_func",
     "library_version",
@@ -50,3 +51,23 @@ def gpu_available() -> bool:
         return _lib.get().gpu_available()
     except FlamiaError:
         return False
+
+
+def check_errors(device: Any = None) -> None:
+    """Raise FlamiaError if a GPU call recorded an invalid input on the device.
+
+    Without FLAMIA_CHECK=1, a device cu_seqlens (or max_seqlen) that breaks its invariants, or
+    a reused quantized buffer that does not match the call, is detected on the GPU without a
+    host synchronisation: the call returns normally, its outputs are NaN, and the fault is
+    recorded per device. This reads and clears that record (it synchronises the device, so
+    call it every N steps rather than every step). device: a CUDA ordinal or torch.device;
+    None checks every device flamia has run on.
+    """
+    from . import _lib
+
+    index = -1
+    if device is not None:
+        index = device if isinstance(device, int) else getattr(device, "index", None)
+        if index is None:
+            raise FlamiaError(f"flamia.check_errors: device {device!r} has no CUDA index")
+    _lib.get().check_errors(int(index))

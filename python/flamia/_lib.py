@@ -183,6 +183,7 @@ class Library:
         self._sig(d.flamia_backward, ctypes.c_int,
                   [args_p, Tensor, Tensor, Tensor, ctypes.c_void_p, size_t, ctypes.c_void_p, size_t,
                    Tensor, Tensor, Tensor])
+        self._sig(d.flamia_check_errors, ctypes.c_int, [ctypes.c_int32])
         self._sig(d.flamia_last_error, ctypes.c_char_p, [])
         self._sig(d.flamia_gpu_available, ctypes.c_int32, [])
         self._sig(d.flamia_version_string, ctypes.c_char_p, [])
@@ -235,6 +236,9 @@ class Library:
         st = self._dll.flamia_forward(ctypes.byref(args), out, lse, qkv8 or None, qkv8_bytes,
                                       1 if qkv8_filled else 0)
         self.check(st, "flamia_forward")
+
+    def check_errors(self, device: int = -1) -> None:
+        self.check(self._dll.flamia_check_errors(device), "flamia_check_errors")
 
     def backward(self, args: AttentionArgs, dout: Tensor, out: Tensor, lse: Tensor, qkv8: int,
                  qkv8_bytes: int, workspace: int, workspace_bytes: int, dq: Tensor, dk: Tensor,

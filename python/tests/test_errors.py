@@ -53,8 +53,7 @@ def test_cu_seqlens_int64(pack):
 
 
 def test_bad_cu_seqlens_shape(pack):
-    # (Device-side cu_seqlens values are checked only in the library's checking mode: reading
-    # them would cost a synchronisation; shapes are always checked.)
+    # Shapes are checked at once; device-side values by the kernels (see the hostile tests below).
     q, k, v, _, cu = pack
     _raises(lambda: flamia.attention(q, k, v, cu[:1], 100), r"cu_seqlens")
     _raises(lambda: flamia.attention(q, k, v, cu.view(1, -1), 100), r"cu_seqlens")
@@ -102,3 +101,55 @@ def test_backward_errors_carry_the_library_message(pack):
     with pytest.raises(FlamiaError):
         _, lse, qkv8 = torch.ops.flamia.fwd(q.detach(), k, v, cu, 100, True, 0.0, "fp8", True)
         ops.backward(dout.float(), q.detach(), k, v, out.detach(), lse, qkv8, cu, 100)
+
+
+# ---- hostile device cu_seqlens (values, not shapes) ------------------------------------------
+HOSTILE = [
+    ([0, 256, 1024], r"cu_seqlens: last entry cu_seqlens\[2\] = 1024 must equal T = 512"),
+    ([0, 400, 100, 512], r"cu_seqlens: must be non-decreasing, got cu_seqlens\[2\] = 100 < cu_seqlens\[1\] = 400"),
+    ([0, 100, 300], r"cu_seqlens: last entry cu_seqlens\[2\] = 300 must equal T = 512"),
+]
+
+
+def _hostile_inputs(cu_list):
+    q, k, v, dout, _ = make_pack([512], 4, 4, 128, seed=3)
+    return q, k, v, dout, torch.tensor(cu_list, dtype=torch.int32, device="cuda")
+
+
+@pytest.mark.parametrize("cu_list,pattern", HOSTILE)
+def test_hostile_cu_seqlens_default_mode(monkeypatch, cu_list, pattern):
+    # Without checking mode: no error at the call, NaN in every output, the fault recorded
+    # on the device and reported (once) by check_errors; the CUDA context stays usable.
+    monkeypatch.delenv("FLAMIA_CHECK", raising=False)
+    flamia.check_errors()  # start clean
+    q, k, v, dout, cu = _hostile_inputs(cu_list)
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    out = flamia.attention(q, k, v, cu, 512, causal=True, recipe="fp8")
+    out.backward(dout)
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all()
+    for g in (q.grad, k.grad, v.grad):
+        assert torch.isnan(g).all()
+    _raises(flamia.check_errors, pattern)
+    flamia.check_errors()  # cleared
+    # The context is fine: a valid call right after gives finite numbers.
+    q2, k2, v2, _, cu2 = make_pack([200, 312], 4, 4, 128, seed=4)
+    out2 = flamia.attention(q2, k2, v2, cu2, 312, causal=True)
+    assert torch.isfinite(out2).all()
+    flamia.check_errors()
+
+
+@pytest.mark.parametrize("cu_list,pattern", HOSTILE)
+def test_hostile_cu_seqlens_checking_mode(monkeypatch, cu_list, pattern):
+    monkeypatch.setenv("FLAMIA_CHECK", "1")
+    q, k, v, _, cu = _hostile_inputs(cu_list)
+    _raises(lambda: flamia.attention(q, k, v, cu, 512, causal=True, recipe="fp8"), pattern)
+    flamia.check_errors()  # rejected before launch: nothing recorded
+
+
+def test_max_seqlen_too_small_on_device(monkeypatch):
+    monkeypatch.delenv("FLAMIA_CHECK", raising=False)
+    q, k, v, _, cu = make_pack([64, 100], 4, 2, 128, seed=1)
+    out = flamia.attention(q, k, v, cu, 99)
+    assert torch.isnan(out).all()
+    _raises(flamia.check_errors, r"max_seqlen: 99 is less than the length 100 of document 1")

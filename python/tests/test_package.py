@@ -67,3 +67,11 @@ def test_workload_table():
     w = WORKLOADS["fixed-4k"]
     assert w.fwd_flops() == 4 * 128 * 16 * 8 * (4096 * 4097 // 2)
     assert w.bwd_flops() == 2.5 * w.fwd_flops()
+
+
+def test_check_errors_without_device_calls():
+    # Nothing ran on a device in this process: no recorded error, in any build.
+    if not _lib.available():
+        pytest.skip("libflamia.so not built")
+    flamia.check_errors()
+    assert issubclass(flamia.FlamiaError, RuntimeError)

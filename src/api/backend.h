@@ -34,6 +34,11 @@ size_t device_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv
 size_t device_workspace_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                               flamia_recipe recipe);
 
+// Reads and clears the sticky error record of one device (or, device < 0, of every device
+// this process ran calls on); a recorded fault becomes FLAMIA_ERROR_INVALID_ARGUMENT with its
+// message. Synchronises the device(s).
+Status device_take_errors(int device);
+
 bool device_available();
 // What this build runs on the device: "sm90a", or "cpu only" without CUDA.
 const char* build_flavour();

@@ -109,6 +109,10 @@ flamia_status flamia_backward(const flamia_attention_args* args, flamia_tensor d
   });
 }
 
+flamia_status flamia_check_errors(int32_t device) {
+  return guarded([&] { return flamia::api::device_take_errors(device); });
+}
+
 const char* flamia_last_error(void) { return flamia::api::last_error_message(); }
 
 int32_t flamia_gpu_available(void) {

@@ -6,6 +6,7 @@
 #include "api/backend.h"
 
 #if defined(FLAMIA_WITH_CUDA)
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -152,6 +153,31 @@ Status prepare(const Problem& p, const flamia_attention_args& a, DeviceGuard& gu
   return checking_mode_inputs(p, a);
 }
 
+// Devices this process ran calls on: what flamia_check_errors(-1) inspects.
+std::atomic<uint64_t> g_devices_used{0};
+
+void mark_used(int device) {
+  if (device >= 0 && device < 64) g_devices_used.fetch_or(uint64_t(1) << device, std::memory_order_relaxed);
+}
+
+// Checking mode, qkv8_filled: the buffer must hold this call's quantization (the device
+// makes the same comparison without checking mode, guard.h).
+Status check_qkv8_fingerprint(const Problem& p, const flamia_attention_args& a, const void* qkv8) {
+  std::vector<int32_t> cu(size_t(p.num_docs) + 1);
+  const cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
+  FLAMIA_TRY(cuda_status(cudaMemcpyAsync(cu.data(), a.cu_seqlens.data, cu.size() * sizeof(int32_t),
+                                         cudaMemcpyDeviceToHost, stream),
+                         "cudaMemcpyAsync(cu_seqlens)"));
+  uint64_t stored = 0;
+  FLAMIA_TRY(cuda_status(sm90::read_qkv8_fingerprint(make_params(p, a), qkv8, &stored), "read qkv8 fingerprint"));
+  const uint64_t want = guard::fingerprint(
+      cu.data(), p.num_docs, guard::shape_fingerprint(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe));
+  if (stored == want) return Status::success();
+  guard::DeviceError e{};
+  e.fault = guard::kQkv8Mismatch;
+  return Status::invalid(describe_fault(e) + " (checking mode, FLAMIA_CHECK=1)");
+}
+
 size_t qkv8_need(const Problem& p, bool for_backward) {
   return sm90::qkv8_bytes(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, for_backward);
 }
@@ -166,6 +192,7 @@ Status device_quantize(const Problem& p, const flamia_attention_args& a, void* q
   DeviceGuard guard;
   FLAMIA_TRY(prepare(p, a, guard));
   if (p.total_tokens == 0) return Status::success();
+  mark_used(p.device);
   return cuda_status(sm90::quantize_qkv(make_params(p, a), qkv8, for_backward), "quantize_qkv");
 }
 
@@ -180,12 +207,19 @@ Status device_forward(const Problem& p, const flamia_attention_args& a, const fl
   if (checking_mode()) {
     FLAMIA_TRY(check_pointer("out", out.data, p.device));
     FLAMIA_TRY(check_pointer("lse", lse.data, p.device));
+    if (qkv8_filled && p.total_tokens > 0) FLAMIA_TRY(check_qkv8_fingerprint(p, a, qkv8));
   }
   if (p.total_tokens == 0) return Status::success();
+  mark_used(p.device);
   const sm90::Params params = make_params(p, a);
+  // The first kernel validates cu_seqlens on the device (and, filled, the fingerprint);
+  // the last fills out and lse with NaN if it found a fault (sm90.h).
   if (!qkv8_filled)
     FLAMIA_TRY(cuda_status(sm90::quantize_qkv(params, qkv8, for_backward), "quantize_qkv"));
-  return cuda_status(sm90::forward(params, qkv8, out.data, static_cast<float*>(lse.data)), "forward");
+  else
+    FLAMIA_TRY(cuda_status(sm90::check_qkv8(params, qkv8), "check_qkv8"));
+  FLAMIA_TRY(cuda_status(sm90::forward(params, qkv8, out.data, static_cast<float*>(lse.data)), "forward"));
+  return cuda_status(sm90::poison_forward(params, qkv8, out.data, static_cast<float*>(lse.data)), "poison_forward");
 }
 
 Status device_backward(const Problem& p, const flamia_attention_args& a, const flamia_tensor& dout,
@@ -209,12 +243,49 @@ Status device_backward(const Problem& p, const flamia_attention_args& a, const f
     const flamia_tensor* ts[] = {&dout, &out, &lse, &dq, &dk, &dv};
     for (int i = 0; i < 6; ++i) FLAMIA_TRY(check_pointer(names[i], ts[i]->data, p.device));
     FLAMIA_TRY(check_finite_on_device("dout", dout, static_cast<cudaStream_t>(a.stream)));
+    if (p.total_tokens > 0) FLAMIA_TRY(check_qkv8_fingerprint(p, a, qkv8));
   }
   if (p.total_tokens == 0) return Status::success();
-  return cuda_status(sm90::backward(make_params(p, a), dout.data, effective_stride(dout, 0),
-                                    effective_stride(dout, 1), out.data, static_cast<const float*>(lse.data),
-                                    qkv8, workspace, dq.data, dk.data, dv.data),
-                     "backward");
+  mark_used(p.device);
+  const sm90::Params params = make_params(p, a);
+  FLAMIA_TRY(cuda_status(sm90::backward(params, dout.data, effective_stride(dout, 0), effective_stride(dout, 1),
+                                        out.data, static_cast<const float*>(lse.data), qkv8, workspace, dq.data,
+                                        dk.data, dv.data),
+                         "backward"));
+  return cuda_status(sm90::poison_backward(params, workspace, dq.data, dk.data, dv.data), "poison_backward");
+}
+
+namespace {
+const char* stage_name(int32_t stage) {
+  switch (stage) {
+    case guard::kStageQuantize: return "flamia_quantize_qkv / flamia_forward";
+    case guard::kStageForward: return "flamia_forward";
+    case guard::kStageBackward: return "flamia_backward";
+  }
+  return "a call";
+}
+
+Status take_errors_of(int device) {
+  DeviceGuard on_device;
+  FLAMIA_TRY(on_device.enter(device));
+  guard::DeviceError e{};
+  FLAMIA_TRY(cuda_status(sm90::take_sticky_error(&e), "reading the device error record"));
+  if (e.fault == guard::kNone) return Status::success();
+  return Status::invalid(device_name(device) + ": " + describe_fault(e) + " [recorded on the device by " +
+                         stage_name(e.stage) + "; that call's outputs were filled with NaN]");
+}
+}  // namespace
+
+Status device_take_errors(int device) {
+  if (device >= 0) return take_errors_of(device);
+  const uint64_t used = g_devices_used.load(std::memory_order_relaxed);
+  Status first = Status::success();
+  for (int d = 0; d < 64; ++d) {
+    if (!(used >> d & 1)) continue;
+    Status s = take_errors_of(d);  // every device's record is read and cleared
+    if (first.ok() && !s.ok()) first = std::move(s);
+  }
+  return first;
 }
 
 size_t device_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
@@ -251,6 +322,12 @@ Status device_backward(const Problem& p, const flamia_attention_args&, const fla
                        const flamia_tensor&, const void*, size_t, void*, size_t, const flamia_tensor&,
                        const flamia_tensor&, const flamia_tensor&) {
   return no_cuda(p);
+}
+
+Status device_take_errors(int device) {
+  if (device < 0) return Status::success();  // no device call can have run
+  return Status::unsupported("device: cuda:" + std::to_string(device) +
+                             " requested, but this flamia was built without CUDA");
 }
 
 size_t device_qkv8_bytes(int64_t, int64_t, int, int, int, flamia_recipe, bool) { return 0; }

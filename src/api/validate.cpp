@@ -1,5 +1,6 @@
 #include "api/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -285,30 +286,43 @@ Status validate_args(const flamia_attention_args* args, Problem* p) {
   return Status::success();
 }
 
-Status validate_cu_seqlens_values(const int32_t* cu, int num_docs, int64_t total_tokens, int max_seqlen) {
-  if (cu[0] != 0) return Status::invalid("cu_seqlens: cu_seqlens[0] must be 0, got " + std::to_string(cu[0]));
-  int64_t longest = 0;
-  int longest_doc = 0;
-  for (int b = 0; b < num_docs; ++b) {
-    const int64_t len = int64_t(cu[b + 1]) - cu[b];
-    if (len < 0)
-      return Status::invalid("cu_seqlens: must be non-decreasing, got cu_seqlens[" + std::to_string(b + 1) +
-                             "] = " + std::to_string(cu[b + 1]) + " < cu_seqlens[" + std::to_string(b) +
-                             "] = " + std::to_string(cu[b]));
-    if (len > longest) {
-      longest = len;
-      longest_doc = b;
-    }
+guard::DeviceError find_cu_fault(const int32_t* cu, int num_docs, int64_t total_tokens, int max_seqlen,
+                                 int32_t stage) {
+  uint64_t key = guard::kNoFaultKey;
+  for (int64_t i = 0; i <= num_docs; ++i) {
+    const int32_t f = guard::entry_fault(cu, i, num_docs, total_tokens, max_seqlen);
+    if (f != guard::kNone) key = std::min(key, guard::fault_key(f, i));
   }
-  if (cu[num_docs] != total_tokens)
-    return Status::invalid("cu_seqlens: last entry cu_seqlens[" + std::to_string(num_docs) + "] = " +
-                           std::to_string(cu[num_docs]) + " must equal T = " + std::to_string(total_tokens) +
-                           " (q.shape[0])");
-  // Checked last: a malformed cu_seqlens is the likelier cause of a "long document".
-  if (longest > max_seqlen)
-    return Status::invalid("max_seqlen: " + std::to_string(max_seqlen) + " is less than the length " +
-                           std::to_string(longest) + " of document " + std::to_string(longest_doc));
-  return Status::success();
+  if (key == guard::kNoFaultKey) return guard::DeviceError{guard::kNone, stage, 0, 0, 0};
+  return guard::make_error(guard::key_fault(key), guard::key_index(key), cu, total_tokens, max_seqlen, stage);
+}
+
+std::string describe_fault(const guard::DeviceError& e) {
+  const std::string i = std::to_string(e.index), a = std::to_string(e.a), b = std::to_string(e.b);
+  switch (e.fault) {
+    case guard::kNone: return "no error";
+    case guard::kCuFirstNotZero: return "cu_seqlens: cu_seqlens[0] must be 0, got " + a;
+    case guard::kCuDecreasing:
+      return "cu_seqlens: must be non-decreasing, got cu_seqlens[" + i + "] = " + a + " < cu_seqlens[" +
+             std::to_string(e.index - 1) + "] = " + b;
+    case guard::kCuLastNotT:
+      return "cu_seqlens: last entry cu_seqlens[" + i + "] = " + a + " must equal T = " + b + " (q.shape[0])";
+    case guard::kCuLongerThanMax:
+      return "max_seqlen: " + b + " is less than the length " + a + " of document " + i + " (cu_seqlens[" +
+             std::to_string(e.index + 1) + "] - cu_seqlens[" + i + "])";
+    case guard::kWorkListOverflow:
+      return "cu_seqlens: the documents need more work items than the qkv8 buffer holds";
+    case guard::kQkv8Mismatch:
+      return "qkv8: holds q, k, v quantized for a different cu_seqlens (or T, B, heads, head dim, recipe) "
+             "than this call's; quantize again (flamia_quantize_qkv, or qkv8_filled = 0). A rejected qkv8 "
+             "stays rejected until it is quantized again";
+  }
+  return "unknown device error code " + std::to_string(e.fault);
+}
+
+Status validate_cu_seqlens_values(const int32_t* cu, int num_docs, int64_t total_tokens, int max_seqlen) {
+  const guard::DeviceError e = find_cu_fault(cu, num_docs, total_tokens, max_seqlen, 0);
+  return e.fault == guard::kNone ? Status::success() : Status::invalid(describe_fault(e));
 }
 
 Status validate_forward_outputs(const Problem& p, const flamia_tensor& out, const flamia_tensor& lse) {

@@ -9,6 +9,7 @@
 
 #include "api/status.h"
 #include "flamia/flamia.h"
+#include "quantize/guard.h"
 
 namespace flamia {
 namespace api {
@@ -47,8 +48,14 @@ std::string device_name(int32_t device);
 Status validate_args(const flamia_attention_args* args, Problem* p);
 
 // Values of cu_seqlens (host memory): 0 = cu[0] <= ... <= cu[B] = T and every document no
-// longer than max_seqlen.
+// longer than max_seqlen. The first fault in guard.h's order, as the device reports it.
 Status validate_cu_seqlens_values(const int32_t* cu, int num_docs, int64_t total_tokens, int max_seqlen);
+guard::DeviceError find_cu_fault(const int32_t* cu, int num_docs, int64_t total_tokens, int max_seqlen,
+                                 int32_t stage);
+
+// The message of a fault (host check or device record), naming the argument and the
+// broken invariant.
+std::string describe_fault(const guard::DeviceError& e);
 
 // out [T, Hq, D] bf16 dense, lse [Hq, T] fp32 dense.
 Status validate_forward_outputs(const Problem& p, const flamia_tensor& out, const flamia_tensor& lse);

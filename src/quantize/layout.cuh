@@ -22,6 +22,7 @@
 #include "flamia/flamia.h"
 #include "flamia/formats.h"
 #include "common/tiles.h"
+#include "quantize/guard.h"
 
 namespace flamia {
 namespace quant {
@@ -88,12 +89,15 @@ inline WorkListRegions add_work_list(Builder& b, int64_t total_tokens, int64_t n
 }
 
 struct Qkv8Layout {
+  int64_t total_tokens = 0, num_docs = 0;
   int64_t tpad = 0;
   // Forward regions.
   size_t q8 = 0, k8 = 0, vt8 = 0;           // [T,Hq,D], [T,Hkv,D], [Hkv][D][Tpad]
   size_t sq = 0, sk = 0, sv = 0;            // fp32 [H][T]
   WorkListRegions work;                     // 64-token tiles
   WorkListRegions fwd_work;                 // the fast forward's 128-row query tiles
+  size_t status = 0;                        // guard::DeviceError of the last call (guard.h)
+  size_t fingerprint = 0;                   // uint64: what the contents were quantized for
   // Backward-only regions (0 when absent).
   size_t v8 = 0;                            // [T,Hkv,D]
   size_t qt8 = 0, kt8 = 0;                  // fp8 recipe: [Hq][D][Tpad], [Hkv][D][Tpad]
@@ -103,6 +107,8 @@ struct Qkv8Layout {
                          flamia_recipe recipe, bool for_backward) {
     Qkv8Layout l;
     const size_t T = size_t(total_tokens), D = size_t(head_dim);
+    l.total_tokens = total_tokens;
+    l.num_docs = num_docs;
     l.tpad = padded_tokens(total_tokens, num_docs);
     Builder b;
     l.q8 = b.add(T * hq * D);
@@ -113,6 +119,8 @@ struct Qkv8Layout {
     l.sv = b.add(T * hkv * sizeof(float));
     l.work = add_work_list(b, total_tokens, num_docs, kTile);
     l.fwd_work = add_work_list(b, total_tokens, num_docs, kFwdTile);
+    l.status = b.add(sizeof(guard::DeviceError));
+    l.fingerprint = b.add(sizeof(uint64_t));
     if (for_backward) {
       l.v8 = b.add(T * hkv * D);
       if (recipe == FLAMIA_RECIPE_FP8) {
@@ -132,6 +140,7 @@ struct BwdWorkspaceLayout {
   size_t dot8 = 0;  // [Hq][D][Tpad]
   size_t sdo = 0;   // fp32 [Hq][T]
   size_t dvec = 0;  // fp32 [Hq][T]
+  size_t status = 0;  // guard::DeviceError of the last backward (guard.h)
   size_t bytes = 0;
 
   static BwdWorkspaceLayout make(int64_t total_tokens, int64_t num_docs, int hq, int head_dim) {
@@ -143,6 +152,7 @@ struct BwdWorkspaceLayout {
     l.dot8 = b.add(size_t(hq) * D * size_t(l.tpad));
     l.sdo = b.add(T * hq * sizeof(float));
     l.dvec = b.add(T * hq * sizeof(float));
+    l.status = b.add(sizeof(guard::DeviceError));
     l.bytes = b.size();
     return l;
   }

@@ -26,6 +26,7 @@
 #include "quantize/quantize.cuh"
 
 #include "flamia/formats.h"
+#include "quantize/guard.cuh"
 #include "quantize/work_list.cuh"
 #include "sm90/ptx.cuh"
 
@@ -54,7 +55,8 @@ struct QuantBatch {
   int num_docs = 0;
   int heads = 0;                      // t[0].heads + t[1].heads + t[2].heads
   int64_t total_tokens = 0, tpad = 0;
-  WorkListOut work[2];                // built by blocks 0 and 1 when work[0].count is set
+  guard::GuardArgs guard;             // block 0 validates cu_seqlens first (guard.cuh)
+  WorkListOut work[2];                // then builds the lists when work[0].count is set
 };
 
 // Largest b with padded_doc_start(b) <= pos (starts strictly increase with b). Called by
@@ -66,7 +68,8 @@ __device__ __forceinline__ int doc_of_padded_position(const int32_t* cu, int num
     const int stride = (n + 31) / 32;
     const int probe = lo + lane * stride;
     const bool below = probe < lo + n && padded_doc_start(__ldg(cu + probe), probe) <= pos;
-    const int k = __popc(__ballot_sync(0xffffffffu, below)) - 1;  // lane 0 probes lo: true
+    // Lane 0 probes lo: true for a valid cu_seqlens; the max keeps lo in range otherwise.
+    const int k = max(__popc(__ballot_sync(0xffffffffu, below)) - 1, 0);
     lo += k * stride;
     n = min(stride, n - k * stride);
   }
@@ -145,13 +148,14 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   __shared__ __align__(16) StageTile<D> tile;
 
   int block = int(blockIdx.x);
-  if (batch.work[0].count != nullptr) {
-    if (block < 2) {
-      build_work_list_block<kThreads>(batch.cu, batch.num_docs, batch.work[block]);
-      return;
-    }
-    block -= 2;
+  if (block == 0) {
+    if (guard::guard_block<kThreads>(batch.guard) && batch.work[0].count != nullptr)
+      for (const WorkListOut& list : batch.work)
+        if (!build_work_list_block<kThreads>(batch.cu, batch.num_docs, list) && threadIdx.x == 0)
+          guard::record(batch.guard, guard::DeviceError{guard::kWorkListOverflow, batch.guard.stage, 0, 0, 0});
+    return;
   }
+  --block;
   // Head fastest (file comment): the blocks running together share a token range.
   int head = block % batch.heads, which = 0;
   const int64_t block_pos = int64_t(block / batch.heads) * kBlockPositions;
@@ -170,9 +174,13 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
     const int b = doc_of_padded_position(batch.cu, batch.num_docs, pos0, lane);
     const int64_t doc_first = __ldg(batch.cu + b);
     const int64_t local = pos0 - padded_doc_start(doc_first, b);
-    const int64_t left = int64_t(__ldg(batch.cu + b + 1)) - doc_first - local;
+    // Clamped to the document and to [0, T): block 0 validates cu_seqlens concurrently, so
+    // this block may see any values (the call's outputs are then NaN, guard.cuh).
+    const int64_t first = doc_first + local;
+    const int64_t last = min(int64_t(__ldg(batch.cu + b + 1)), batch.total_tokens);
+    tok0 = min(max(first, int64_t(0)), batch.total_tokens);
+    const int64_t left = first < 0 ? 0 : last - tok0;
     rows = left <= 0 ? 0 : (left >= kTokenGroup ? kTokenGroup : int(left));
-    tok0 = doc_first + local;
   }
 
   const int chunk = lane % kLanesPerRow;
@@ -257,7 +265,7 @@ template <bool kDot>
 cudaError_t launch_quantize(QuantBatch batch, int head_dim, cudaStream_t stream) {
   batch.heads = batch.t[0].heads + batch.t[1].heads + batch.t[2].heads;
   const int64_t chunks = (batch.tpad + kBlockPositions - 1) / kBlockPositions;
-  const int64_t blocks = chunks * batch.heads + (batch.work[0].count != nullptr ? 2 : 0);
+  const int64_t blocks = chunks * batch.heads + 1;  // + block 0: guard (and work lists)
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid{unsigned(blocks)};
   if (head_dim == 64) quantize_kernel<64, kDot><<<grid, kThreads, 0, stream>>>(batch);
@@ -275,15 +283,74 @@ QuantTensor source(const void* x, int64_t stride_t, int64_t stride_h, int heads)
   return t;
 }
 
+guard::GuardArgs make_guard(const sm90::Params& p, guard::FingerprintMode mode, uint64_t* fingerprint,
+                            guard::DeviceError* status, int32_t stage) {
+  guard::GuardArgs g;
+  g.cu = p.cu_seqlens;
+  g.num_docs = p.num_docs;
+  g.total_tokens = p.total_tokens;
+  g.max_seqlen = p.max_seqlen;
+  g.shape = guard::shape_fingerprint(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, int(p.recipe));
+  g.mode = mode;
+  g.fingerprint = fingerprint;
+  g.status = status;
+  g.stage = stage;
+  return g;
+}
+
+// The forward on a filled qkv8: validate cu_seqlens and compare the fingerprint before the
+// forward kernels trust the stored work list.
+__global__ void __launch_bounds__(kThreads) check_qkv8_kernel(const __grid_constant__ guard::GuardArgs g) {
+  guard::guard_block<kThreads>(g);
+}
+
+// Fills words [0, n) of each region with its pattern when the call's status records a
+// fault; otherwise every block returns after one load.
+struct PoisonRegion {
+  uint32_t* data = nullptr;
+  int64_t words = 0;
+  uint32_t pattern = 0;
+};
+struct PoisonArgs {
+  const guard::DeviceError* status;
+  PoisonRegion r[3];
+};
+
+__global__ void __launch_bounds__(256) poison_kernel(const __grid_constant__ PoisonArgs a) {
+  if (a.status->fault == guard::kNone) return;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+#pragma unroll
+  for (int k = 0; k < 3; ++k)
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.r[k].words; i += stride)
+      a.r[k].data[i] = a.r[k].pattern;
+}
+
+cudaError_t launch_poison(const PoisonArgs& a, cudaStream_t stream) {
+  int64_t most = 0;
+  for (const PoisonRegion& r : a.r) most = r.words > most ? r.words : most;
+  // Enough blocks to fill quickly when needed, few enough to cost ~nothing when not.
+  const int64_t blocks = (most + 255) / 256 < 264 ? (most + 255) / 256 : 264;
+  if (blocks == 0) return cudaSuccess;
+  poison_kernel<<<unsigned(blocks), 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+constexpr uint32_t kBf16NanPair = 0x7fc07fc0u;
+constexpr uint32_t kF32Nan = 0x7fc00000u;
+
 }  // namespace
 
 cudaError_t quantize_dout(const sm90::Params& p, const void* dout, int64_t stride_t,
-                          int64_t stride_h, const void* out, uint8_t* workspace,
+                          int64_t stride_h, const void* out, const uint8_t* qkv8,
+                          const Qkv8Layout& qkv8_layout, uint8_t* workspace,
                           const BwdWorkspaceLayout& layout) {
   if (p.total_tokens == 0) return cudaSuccess;
   if (!rows_16b_aligned(dout, stride_t, stride_h) || !rows_16b_aligned(out, stride_t, stride_h))
     return cudaErrorInvalidValue;
   QuantBatch batch;
+  batch.guard = make_guard(p, guard::FingerprintMode::kCompare,
+                           const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(qkv8 + qkv8_layout.fingerprint)),
+                           reinterpret_cast<guard::DeviceError*>(workspace + layout.status), guard::kStageBackward);
   batch.cu = p.cu_seqlens;
   batch.num_docs = p.num_docs;
   batch.total_tokens = p.total_tokens;
@@ -301,6 +368,58 @@ cudaError_t quantize_dout(const sm90::Params& p, const void* dout, int64_t strid
 }  // namespace quant
 
 namespace sm90 {
+
+cudaError_t check_qkv8(const Params& p, void* qkv8) {
+  if (p.total_tokens == 0) return cudaSuccess;
+  const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, false);
+  uint8_t* base = static_cast<uint8_t*>(qkv8);
+  guard::GuardArgs g = quant::make_guard(p, guard::FingerprintMode::kCompareAndReject,
+                                         reinterpret_cast<uint64_t*>(base + layout.fingerprint),
+                                         reinterpret_cast<guard::DeviceError*>(base + layout.status),
+                                         guard::kStageForward);
+  g.counts[0] = reinterpret_cast<int*>(base + layout.work.count);
+  g.counts[1] = reinterpret_cast<int*>(base + layout.fwd_work.count);
+  quant::check_qkv8_kernel<<<1, quant::kThreads, 0, p.stream>>>(g);
+  return cudaGetLastError();
+}
+
+cudaError_t poison_forward(const Params& p, const void* qkv8, void* out, float* lse) {
+  if (p.total_tokens == 0) return cudaSuccess;
+  const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, false);
+  quant::PoisonArgs a{};
+  a.status = reinterpret_cast<const guard::DeviceError*>(static_cast<const uint8_t*>(qkv8) + layout.status);
+  a.r[0] = {static_cast<uint32_t*>(out), p.total_tokens * p.hq * p.head_dim / 2, quant::kBf16NanPair};
+  a.r[1] = {reinterpret_cast<uint32_t*>(lse), p.total_tokens * p.hq, quant::kF32Nan};
+  return quant::launch_poison(a, p.stream);
+}
+
+cudaError_t poison_backward(const Params& p, const void* workspace, void* dq, void* dk, void* dv) {
+  if (p.total_tokens == 0) return cudaSuccess;
+  const auto layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.head_dim);
+  quant::PoisonArgs a{};
+  a.status = reinterpret_cast<const guard::DeviceError*>(static_cast<const uint8_t*>(workspace) + layout.status);
+  a.r[0] = {static_cast<uint32_t*>(dq), p.total_tokens * p.hq * p.head_dim / 2, quant::kBf16NanPair};
+  a.r[1] = {static_cast<uint32_t*>(dk), p.total_tokens * p.hkv * p.head_dim / 2, quant::kBf16NanPair};
+  a.r[2] = {static_cast<uint32_t*>(dv), p.total_tokens * p.hkv * p.head_dim / 2, quant::kBf16NanPair};
+  return quant::launch_poison(a, p.stream);
+}
+
+cudaError_t take_sticky_error(guard::DeviceError* out) {
+  // Kernels of this process still running could record a fault after the read.
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) return e;
+  e = cudaMemcpyFromSymbol(out, guard::g_sticky, sizeof(guard::DeviceError));
+  if (e != cudaSuccess || out->fault == guard::kNone) return e;
+  const guard::DeviceError none{};
+  return cudaMemcpyToSymbol(guard::g_sticky, &none, sizeof(guard::DeviceError));
+}
+
+cudaError_t read_qkv8_fingerprint(const Params& p, const void* qkv8, uint64_t* fingerprint) {
+  const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, false);
+  const cudaError_t e = cudaMemcpyAsync(fingerprint, static_cast<const uint8_t*>(qkv8) + layout.fingerprint,
+                                        sizeof(uint64_t), cudaMemcpyDeviceToHost, p.stream);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(p.stream);
+}
 
 cudaError_t quantize_qkv(const Params& p, void* qkv8, bool for_backward) {
   if (p.total_tokens == 0) return cudaSuccess;
@@ -336,6 +455,12 @@ cudaError_t quantize_qkv(const Params& p, void* qkv8, bool for_backward) {
 
   batch.work[0] = quant::work_list_out(base, layout.work, p.causal);
   batch.work[1] = quant::work_list_out(base, layout.fwd_work, p.causal);
+  batch.guard = quant::make_guard(p, guard::FingerprintMode::kRecord,
+                                  reinterpret_cast<uint64_t*>(base + layout.fingerprint),
+                                  reinterpret_cast<guard::DeviceError*>(base + layout.status),
+                                  guard::kStageQuantize);
+  batch.guard.counts[0] = batch.work[0].count;
+  batch.guard.counts[1] = batch.work[1].count;
   return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
 }
 

@@ -13,9 +13,11 @@ namespace flamia {
 namespace quant {
 
 // dO -> natural and transposed FP8 copies and scales, plus D = rowsum(float(dO) * float(O))
-// (FP32), into the backward workspace. out uses dout's token/head strides.
+// (FP32), into the backward workspace. out uses dout's token/head strides. Block 0 validates
+// cu_seqlens and compares qkv8's fingerprint into the workspace's status word (guard.cuh).
 cudaError_t quantize_dout(const sm90::Params& p, const void* dout, int64_t stride_t,
-                          int64_t stride_h, const void* out, uint8_t* workspace,
+                          int64_t stride_h, const void* out, const uint8_t* qkv8,
+                          const Qkv8Layout& qkv8_layout, uint8_t* workspace,
                           const BwdWorkspaceLayout& layout);
 
 // True when rows of a bf16 [T, H, D] view start 16-byte aligned (the quantizer and the

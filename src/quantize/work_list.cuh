@@ -21,6 +21,7 @@ struct WorkListOut {
   int* scratch = nullptr;  // 3 (nt_cap + 1) ints (WorkListRegions::scratch)
   int nt_cap = 0;
   int tile = kTile;        // tokens per tile
+  int64_t capacity = 0;    // entries of items (WorkListRegions::capacity)
   bool causal = false;
 };
 
@@ -31,12 +32,16 @@ inline WorkListOut work_list_out(uint8_t* qkv8, const WorkListRegions& r, bool c
   w.scratch = reinterpret_cast<int*>(qkv8 + r.scratch);
   w.nt_cap = int(r.nt_cap);
   w.tile = r.tile;
+  w.capacity = r.capacity;
   w.causal = causal;
   return w;
 }
 
-__device__ __forceinline__ int doc_tiles(const int32_t* cu, int b, int tile) {
-  return (cu[b + 1] - cu[b] + tile - 1) / tile;
+// Tiles of document b. cu_seqlens was validated by guard_block before the list is built;
+// the clamp to [0, nt_cap] keeps every scratch index in bounds regardless.
+__device__ __forceinline__ int doc_tiles(const int32_t* cu, int b, const WorkListOut& out) {
+  const int64_t len = int64_t(cu[b + 1]) - cu[b];
+  return int(min(max((len + out.tile - 1) / out.tile, int64_t(0)), int64_t(out.nt_cap)));
 }
 
 // data[k] <- sum_{k' > k} data[k'] for k in [0, n); returns the sum of all n inputs. Called
@@ -72,8 +77,10 @@ __device__ int reverse_exclusive_scan(int* data, int n, int (&warp_sums)[kThread
   return total;
 }
 
+// Returns false when the items would not fit (impossible for a validated cu_seqlens): the
+// caller then records a fault; no entry past the capacity is written either way.
 template <int kThreads>
-__device__ void build_work_list_block(const int32_t* cu, int num_docs, const WorkListOut& out) {
+__device__ bool build_work_list_block(const int32_t* cu, int num_docs, const WorkListOut& out) {
   __shared__ int warp_sums[kThreads / 32];
   const int n = out.nt_cap + 1;
   int* docs_per_tiles = out.scratch;  // [k]: documents with k tiles
@@ -82,7 +89,7 @@ __device__ void build_work_list_block(const int32_t* cu, int num_docs, const Wor
   for (int k = threadIdx.x; k < n; k += kThreads) docs_per_tiles[k] = 0;
   __syncthreads();
   for (int b = threadIdx.x; b < num_docs; b += kThreads) {
-    const int nt = doc_tiles(cu, b, out.tile);
+    const int nt = doc_tiles(cu, b, out);
     if (nt > 0) atomicAdd(&docs_per_tiles[nt], 1);
   }
   __syncthreads();
@@ -106,13 +113,15 @@ __device__ void build_work_list_block(const int32_t* cu, int num_docs, const Wor
     __syncthreads();
     total = reverse_exclusive_scan<kThreads>(start, n, warp_sums);
   }
-  if (threadIdx.x == 0) *out.count = total;
+  const bool fits = total <= out.capacity;
+  if (threadIdx.x == 0) *out.count = fits ? total : 0;
+  if (!fits) return false;  // uniform: total is the same in every thread
 
   // A warp takes 32 documents, one per lane, and spreads their tiles over its lanes.
   const int lane = threadIdx.x & 31;
   for (int first = int(threadIdx.x) - lane; first < num_docs; first += kThreads) {
     const int b = first + lane;
-    const int nt = b < num_docs ? doc_tiles(cu, b, out.tile) : 0;
+    const int nt = b < num_docs ? doc_tiles(cu, b, out) : 0;
     const int rank = nt > 0 ? atomicAdd(&cursor[nt], 1) : 0;
     int incl = nt;  // inclusive prefix of the lanes' tile counts
 #pragma unroll
@@ -138,6 +147,7 @@ __device__ void build_work_list_block(const int32_t* cu, int num_docs, const Wor
       }
     }
   }
+  return true;
 }
 
 }  // namespace quant

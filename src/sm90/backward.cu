@@ -26,6 +26,7 @@
 #include "quantize/quantize.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
+#include "sm90/per_device.h"
 #include "sm90/schedule.cuh"
 #include "sm90/scores_wgmma.cuh"
 #include "sm90/sm90.h"
@@ -51,6 +52,7 @@ struct BwdArgs {
   const float* sdo;     // [Hq][T]
   const float* dvec;    // [Hq][T]  D = rowsum(dO * O)
   const float* lse;     // [Hq][T]  natural log, from the forward
+  const guard::DeviceError* status;  // the backward's status word (workspace)
   const uint16_t* q;    // bf16 inputs (fp8_mixed), head_dim contiguous
   const uint16_t* k;
   int64_t q_stride_t, q_stride_h, k_stride_t, k_stride_h;
@@ -201,8 +203,10 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ 
   using S = DkdvSmem<D, kMixed>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.x / a.hkv, hk = blockIdx.x % a.hkv;
-  if (slot >= *a.work.count) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.work.items[slot]);
+  // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
+  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
+  if (dt.len == 0) return;
   // Item t of a document is its key tile nt - 1 - t when causal (cost order, schedule.cuh).
   const int n = a.causal ? dt.num_tiles - 1 - dt.tile : dt.tile;
   const int n0 = n * kTileTokens;
@@ -350,8 +354,10 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const __grid_constant__ Bw
   using S = DqSmem<D, kMixed>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
-  if (slot >= *a.work.count) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.work.items[slot]);
+  // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
+  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
+  if (dt.len == 0) return;
   const int hk = h / (a.hq / a.hkv);
   const int m0 = dt.tile * kTileTokens;
   const int num_key_tiles = a.causal ? dt.tile + 1 : dt.num_tiles;
@@ -424,19 +430,11 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const __grid_constant__ Bw
 // launch
 // =====================================================================================
 
-template <class Kernel>
-cudaError_t allow_smem(Kernel kernel, int bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-}
-
 template <int D, bool kMixed>
 cudaError_t launch_backward(const BwdArgs& a, int64_t slots, cudaStream_t stream) {
   constexpr int kDkdvSmem = DkdvSmem<D, kMixed>::kBytes, kDqSmem = DqSmem<D, kMixed>::kBytes;
-  static const cudaError_t attr = [] {
-    const cudaError_t e = allow_smem(dkdv_kernel<D, kMixed>, kDkdvSmem);
-    return e != cudaSuccess ? e : allow_smem(dq_kernel<D, kMixed>, kDqSmem);
-  }();
+  cudaError_t attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed>), kDkdvSmem);
+  if (attr == cudaSuccess) attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_kernel<D, kMixed>), kDqSmem);
   if (attr != cudaSuccess) return attr;
   dkdv_kernel<D, kMixed><<<unsigned(slots * a.hkv), kThreads, kDkdvSmem, stream>>>(a);
   cudaError_t err = cudaGetLastError();
@@ -459,10 +457,11 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
                                               p.recipe, true);
   const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.head_dim);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
-  cudaError_t err = quant::quantize_dout(p, dout, dout_stride_t, dout_stride_h, out, ws, ws_layout);
+  const uint8_t* base = static_cast<const uint8_t*>(qkv8);
+  cudaError_t err =
+      quant::quantize_dout(p, dout, dout_stride_t, dout_stride_h, out, base, layout, ws, ws_layout);
   if (err != cudaSuccess) return err;
 
-  const uint8_t* base = static_cast<const uint8_t*>(qkv8);
   BwdArgs a{};
   a.q8 = base + layout.q8;
   a.k8 = base + layout.k8;
@@ -477,6 +476,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.sdo = reinterpret_cast<const float*>(ws + ws_layout.sdo);
   a.dvec = reinterpret_cast<const float*>(ws + ws_layout.dvec);
   a.lse = lse;
+  a.status = reinterpret_cast<const guard::DeviceError*>(ws + ws_layout.status);
   a.q = static_cast<const uint16_t*>(p.q);
   a.k = static_cast<const uint16_t*>(p.k);
   a.q_stride_t = p.q_stride_t;
@@ -484,7 +484,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.k_stride_t = p.k_stride_t;
   a.k_stride_h = p.k_stride_h;
   a.cu_seqlens = p.cu_seqlens;
-  a.work = work_list(base, layout.work);
+  a.work = work_list(base, layout, layout.work);
   a.dq = static_cast<uint16_t*>(dq);
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);

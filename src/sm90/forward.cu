@@ -16,6 +16,7 @@
 #include "sm90/forward_args.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
+#include "sm90/per_device.h"
 #include "sm90/schedule.cuh"
 #include "sm90/sm90.h"
 #include "sm90/softmax.cuh"
@@ -89,8 +90,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant
   using S = FwdSmem<D>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
-  if (slot >= *a.work.count) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.work.items[slot]);
+  if (slot >= item_count(a.work)) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
+  if (dt.len == 0) return;
   const int hk = h / (a.hq / a.hkv);
   const int g = lane_id() >> 2, q = lane_id() & 3;
   const int m0 = dt.tile * kTileTokens;
@@ -168,11 +170,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant
 template <int D>
 cudaError_t launch_forward(const FwdArgs& a, int64_t slots, cudaStream_t stream) {
   constexpr int kSmem = FwdSmem<D>::kBytes;
-  if (kSmem > 48 * 1024) {
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (attr != cudaSuccess) return attr;
-  }
+  const cudaError_t attr = FLAMIA_ALLOW_DYNAMIC_SMEM(forward_kernel<D>, kSmem);
+  if (attr != cudaSuccess) return attr;
   forward_kernel<D><<<unsigned(slots * a.hq), kThreads, kSmem, stream>>>(a);
   return cudaGetLastError();
 }

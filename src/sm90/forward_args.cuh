@@ -42,7 +42,7 @@ inline FwdArgs make_fwd_args(const Params& p, const void* qkv8, void* out, float
   a.sk = reinterpret_cast<const float*>(base + layout.sk);
   a.sv = reinterpret_cast<const float*>(base + layout.sv);
   a.cu_seqlens = p.cu_seqlens;
-  a.work = work_list(base, layout.work);
+  a.work = work_list(base, layout, layout.work);
   a.out = static_cast<uint16_t*>(out);
   a.lse = lse;
   a.total_tokens = p.total_tokens;

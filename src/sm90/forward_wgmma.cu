@@ -39,6 +39,7 @@
 #include "sm90/forward_args.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
+#include "sm90/per_device.h"
 #include "sm90/schedule.cuh"
 #include "sm90/scores_wgmma.cuh"
 #include "sm90/sm90.h"
@@ -216,8 +217,9 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
   using S = WgSmem<D>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
-  if (slot >= *a.work.count) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.work.items[slot]);
+  if (slot >= item_count(a.work)) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
+  if (dt.len == 0) return;
   const int hk = h / (a.hq / a.hkv);
   const int g = lane_id() >> 2, q = lane_id() & 3;
   const int m0 = dt.tile * kTileTokens;
@@ -340,11 +342,8 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
 template <int D, bool kPromote>
 cudaError_t launch(const FwdArgs& a, int64_t slots, cudaStream_t stream) {
   constexpr int kSmem = WgSmem<D>::kBytes;
-  if (kSmem > 48 * 1024) {
-    static const cudaError_t attr = cudaFuncSetAttribute(forward_wgmma_kernel<D, kPromote>,
-                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (attr != cudaSuccess) return attr;
-  }
+  const cudaError_t attr = FLAMIA_ALLOW_DYNAMIC_SMEM((forward_wgmma_kernel<D, kPromote>), kSmem);
+  if (attr != cudaSuccess) return attr;
   forward_wgmma_kernel<D, kPromote><<<unsigned(slots * a.hq), kThreads, kSmem, stream>>>(a);
   return cudaGetLastError();
 }

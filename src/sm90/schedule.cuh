@@ -10,7 +10,9 @@
 //
 // Kernels launch one CTA per (item slot, head) with the head index fastest, so that the
 // query heads sharing a kv head run side by side (K/V reuse in L2); slots past the real item
-// count exit at once. The backward's dK/dV kernel reads item (b, t) as key tile
+// count (item_count) exit at once, and so does a CTA whose item has len == 0. After an
+// invalid cu_seqlens the count is 0 (quantize/guard.h): every kernel that walks the list
+// through item_count and doc_tile does no work, and a last kernel fills the outputs with NaN. The backward's dK/dV kernel reads item (b, t) as key tile
 // nt_b - 1 - t when causal: that key tile is seen by t + 1 query tiles, the same cost order.
 #pragma once
 
@@ -24,33 +26,49 @@ namespace flamia {
 namespace sm90 {
 
 struct WorkList {
-  const int* count;  // number of valid items
-  const int2* items; // (document, tile), costliest first
+  const int* count;   // number of valid items (0 after a guard fault, quantize/guard.h)
+  const int2* items;  // (document, tile), costliest first
+  int capacity;       // entries of items: a kernel never reads past it, whatever count says
+  int tile;           // tokens per tile
+  int num_docs;
+  int64_t total_tokens;
 };
+
+// Number of items to walk, clamped to the list's capacity.
+__device__ __forceinline__ int item_count(const WorkList& w) { return min(max(*w.count, 0), w.capacity); }
 
 // A tile of one document, positions relative to the document start.
 struct DocTile {
   int64_t tok0;    // packed index of the document's first token
   int64_t pstart;  // padded start of the document in the transposed copies
-  int len;         // document length
-  int num_tiles;   // ceil(len / 64)
+  int len;         // document length; 0 only for a corrupt item, which a kernel skips
+  int num_tiles;   // ceil(len / tile)
   int tile;        // tile index inside the document
 };
 
-__device__ __forceinline__ DocTile doc_tile(const int32_t* cu_seqlens, int2 item, int tile = quant::kTile) {
+// Item `slot` (< capacity) of the list. Everything is clamped to the tensors' extents, so
+// that not even a corrupt list or cu_seqlens can address memory outside them:
+// 0 <= b < B, 0 <= tok0 <= tok0 + len <= T, 0 <= tile < max(num_tiles, 1); the transposed
+// range [pstart, pstart + roundup16(len)) then lies inside Tpad (layout.cuh). A valid list
+// on a validated cu_seqlens is unchanged by the clamps.
+__device__ __forceinline__ DocTile doc_tile(const int32_t* cu_seqlens, const WorkList& w, int slot) {
+  const int2 item = w.items[min(max(slot, 0), w.capacity - 1)];
+  const int b = min(max(item.x, 0), w.num_docs - 1);
   DocTile d;
-  const int b = item.x;
-  d.tok0 = cu_seqlens[b];
-  d.len = cu_seqlens[b + 1] - cu_seqlens[b];
+  d.tok0 = min(max(int64_t(cu_seqlens[b]), int64_t(0)), w.total_tokens);
+  const int64_t end = min(max(int64_t(cu_seqlens[b + 1]), d.tok0), w.total_tokens);
+  d.len = int(end - d.tok0);
   d.pstart = quant::padded_doc_start(d.tok0, b);
-  d.num_tiles = (d.len + tile - 1) / tile;
-  d.tile = item.y;
+  d.num_tiles = (d.len + w.tile - 1) / w.tile;
+  d.tile = min(max(item.y, 0), max(d.num_tiles - 1, 0));
   return d;
 }
 
-inline WorkList work_list(const uint8_t* qkv8, const quant::WorkListRegions& regions) {
+inline WorkList work_list(const uint8_t* qkv8, const quant::Qkv8Layout& layout,
+                          const quant::WorkListRegions& regions) {
   return {reinterpret_cast<const int*>(qkv8 + regions.count),
-          reinterpret_cast<const int2*>(qkv8 + regions.items)};
+          reinterpret_cast<const int2*>(qkv8 + regions.items), int(regions.capacity), regions.tile,
+          int(layout.num_docs), layout.total_tokens};
 }
 
 }  // namespace sm90

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "flamia/flamia.h"
+#include "quantize/guard.h"
 
 namespace flamia {
 namespace sm90 {
@@ -53,6 +54,23 @@ cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse);
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
                      const void* out, const float* lse, const void* qkv8, void* workspace,
                      void* dq, void* dk, void* dv);
+
+// ---- hostile-input guard (quantize/guard.h) ------------------------------------------
+// Block 0 of quantize_qkv (and of the backward's dO quantizer) validates cu_seqlens on the
+// device; on a fault it records it in the call's status word and the device's sticky record
+// and zeroes the work-list count, so the attention kernels do nothing.
+
+// Forward on a filled qkv8: the same validation plus a comparison of the fingerprint stored
+// by quantize_qkv; a mismatch rejects the buffer until it is quantized again.
+cudaError_t check_qkv8(const Params& p, void* qkv8);
+// Last kernel of a forward / backward: NaN into every output when the call's status records
+// a fault (a no-op otherwise).
+cudaError_t poison_forward(const Params& p, const void* qkv8, void* out, float* lse);
+cudaError_t poison_backward(const Params& p, const void* workspace, void* dq, void* dk, void* dv);
+// The current device's sticky record, then cleared (synchronises the device).
+cudaError_t take_sticky_error(guard::DeviceError* out);
+// The fingerprint stored in qkv8 (synchronises p.stream; checking mode only).
+cudaError_t read_qkv8_fingerprint(const Params& p, const void* qkv8, uint64_t* fingerprint);
 
 // True when a device of compute capability 9.0 is present and usable.
 bool device_supported();

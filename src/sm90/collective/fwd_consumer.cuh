@@ -44,7 +44,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   const TurnOrder turns(consumer_idx);
   if (consumer_idx == 1) turns.end();
 
-  const int items = *p.work.count * p.hq;
+  const int items = item_count(p.work) * p.hq;
   int kv = 0;
   for (int w = blockIdx.x, it = 0; w < items; w += gridDim.x, ++it) {
     const Item item = item_at(p, w);

@@ -90,7 +90,7 @@ __device__ __forceinline__ Item item_at(const Params& p, int w) {
   Item it;
   it.h = w % p.hq;
   it.hk = it.h / (p.hq / p.hkv);
-  it.dt = doc_tile(p.cu_seqlens, p.work.items[w / p.hq], tiles::kFwdBlockM);
+  it.dt = doc_tile(p.cu_seqlens, p.work, w / p.hq);
   // Key tiles are as long as query tiles, so the causal diagonal is key tile dt.tile.
   it.num_key_tiles = p.causal ? min(it.dt.tile + 1, it.dt.num_tiles) : it.dt.num_tiles;
   return it;

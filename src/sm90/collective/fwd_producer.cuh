@@ -30,7 +30,7 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t base, int lan
     tma::prefetch_map(p.k8);
     tma::prefetch_map(p.vt8);
   }
-  const int items = *p.work.count * p.hq;
+  const int items = item_count(p.work) * p.hq;
   int kv = 0;  // key tiles issued so far (stage = kv % kStages, phase = kv / kStages)
   for (int w = blockIdx.x, it = 0; w < items; w += gridDim.x, ++it) {
     const Item item = item_at(p, w);

@@ -8,8 +8,8 @@
 #include "sm90/arch/warpgroup.cuh"
 #include "sm90/collective/fwd_consumer.cuh"
 #include "sm90/collective/fwd_producer.cuh"
-#include "sm90/launch/device_setup.h"
 #include "sm90/launch/tensor_map.h"
+#include "sm90/per_device.h"
 #include "sm90/sm90.h"
 
 namespace flamia {
@@ -51,13 +51,14 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
 template <int D, int kChains>
 cudaError_t launch_chains(const Params& prm, int64_t capacity, cudaStream_t stream) {
   using P = Plan<D>;
+  constexpr auto kernel = forward_fast_kernel<D, kChains>;
   int device = 0, sms = 0;
-  cudaError_t err = allow_dynamic_smem<forward_fast_kernel<D, kChains>>(P::kAlloc, &device);
-  if (err != cudaSuccess) return err;
+  cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM(kernel, P::kAlloc);
+  if (err != cudaSuccess || (err = cudaGetDevice(&device)) != cudaSuccess) return err;
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
   const int64_t work = capacity * prm.hq;  // an upper bound: the real count is on the device
   const unsigned grid = unsigned(work < sms ? work : sms);
-  forward_fast_kernel<D, kChains><<<grid, P::kThreads, P::kAlloc, stream>>>(prm);
+  kernel<<<grid, P::kThreads, P::kAlloc, stream>>>(prm);
   return cudaGetLastError();
 }
 
@@ -102,7 +103,7 @@ cudaError_t forward_fast(const Params& p, const void* qkv8, void* out, float* ls
   prm.sk = reinterpret_cast<const float*>(base + layout.sk);
   prm.sv = reinterpret_cast<const float*>(base + layout.sv);
   prm.cu_seqlens = p.cu_seqlens;
-  prm.work = work_list(base, layout.fwd_work);
+  prm.work = work_list(base, layout, layout.fwd_work);
   prm.out = static_cast<uint16_t*>(out);
   prm.lse = lse;
   prm.total_tokens = p.total_tokens;
