@@ -178,12 +178,13 @@ cudaError_t launch_forward(const FwdArgs& a, int64_t slots, cudaStream_t stream)
 
 }  // namespace
 
-// forward_wgmma.cu. Its chained variant is the default: it computes S with the backward's
-// instruction sequence (scores_wgmma.cuh), which training needs (docs/NUMERICS.md §5).
-// FLAMIA_FORWARD_KERNEL=mma_sync selects this file's kernel (S exact in FP32, for
-// comparison; not consistent with the backward at very large logits), =wgmma the wgmma
-// kernel with every k-step promoted to FP32 (likewise), =fast the warp-specialized TMA
-// kernel (kernels/forward_fast.cu; the same chained S with 128-key tiles).
+// The default forward is the warp-specialized TMA kernel (kernels/forward_fast.cu): it
+// computes S with the backward's instruction sequence (chained m64nNk32 wgmma, whose bits do
+// not depend on N: docs/NUMERICS.md §6), which training needs (§5). For comparison,
+// FLAMIA_FORWARD_KERNEL=wgmma_chained selects forward_wgmma.cu's chained kernel (same S,
+// 64-key tiles), =mma_sync this file's kernel (S exact in FP32; not consistent with the
+// backward at very large logits), =wgmma the wgmma kernel with every k-step promoted to
+// FP32 (likewise).
 cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse, bool promote);
 cudaError_t forward_fast(const Params& p, const void* qkv8, void* out, float* lse);
 
@@ -194,8 +195,8 @@ Kernel selected_kernel() {
     const char* v = std::getenv("FLAMIA_FORWARD_KERNEL");
     if (v != nullptr && std::strcmp(v, "mma_sync") == 0) return Kernel::kMmaSync;
     if (v != nullptr && std::strcmp(v, "wgmma") == 0) return Kernel::kWgmma;
-    if (v != nullptr && std::strcmp(v, "fast") == 0) return Kernel::kFast;
-    return Kernel::kWgmmaChained;
+    if (v != nullptr && std::strcmp(v, "wgmma_chained") == 0) return Kernel::kWgmmaChained;
+    return Kernel::kFast;
   }();
   return kernel;
 }

@@ -50,8 +50,8 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, cons
                                              const float (&sq)[2], const float (&sqc)[2], const DocMask& mask,
                                              int i0, int n0, float c, RowState& st, TileP& out) {
   const int q = lane_id() & 3;
-  const float4* sk4 = reinterpret_cast<const float4*>(sk + 32 * q);
-  const float4* sv4 = reinterpret_cast<const float4*>(sv + 32 * q);
+  const float4* sk4 = reinterpret_cast<const float4*>(sk) + q;  // step m at sk4[4 m]
+  const float4* sv4 = reinterpret_cast<const float4*>(sv) + q;
   float tmax[2][kChains];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
@@ -59,7 +59,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, cons
     for (int k = 0; k < kChains; ++k) tmax[r][k] = -INFINITY;
 #pragma unroll
   for (int n2 = 0; n2 < 8; ++n2) {
-    const float4 k4 = sk4[n2];  // columns of n8-tiles 2 n2 and 2 n2 + 1
+    const float4 k4 = sk4[4 * n2];  // columns of n8-tiles 2 n2 and 2 n2 + 1
     const float skv[4] = {k4.x, k4.y, k4.z, k4.w};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -94,7 +94,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, cons
     for (int k = 0; k < kChains; ++k) sum[r][k] = xmax[r][k] = 0.0f;
 #pragma unroll
   for (int n2 = 0; n2 < 8; ++n2) {
-    const float4 v4 = sv4[n2];
+    const float4 v4 = sv4[4 * n2];
     const float svv[4] = {v4.x, v4.y, v4.z, v4.w};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -140,11 +140,13 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, cons
       }
 }
 
-// Position of key j's scale in the tile's scale array, so that the 32 scales a lane uses
-// (columns 8 n + 2 q + {0, 1}, n = 0..15) are contiguous at 32 q: float4 reads, 8 per array.
+// Position of key j's scale in the tile's scale array. Lane q uses the columns
+// 8 n + 2 q + {0, 1} (n = 0..15); stored as [n / 2][q][4], its four floats for n8-tiles
+// 2 m and 2 m + 1 are one float4, and the four lanes' float4 of one step are 16 bytes apart
+// (distinct banks, no conflict).
 __device__ __forceinline__ int scales_index(int j) {
   const int n = j >> 3, q = (j >> 1) & 3, b = j & 1;
-  return 32 * q + 2 * n + b;
+  return 4 * (4 * (n >> 1) + q) + 2 * (n & 1) + b;
 }
 
 }  // namespace fwd
