@@ -67,3 +67,22 @@ def test_workload_table():
     w = WORKLOADS["fixed-4k"]
     assert w.fwd_flops() == 4 * 128 * 16 * 8 * (4096 * 4097 // 2)
     assert w.bwd_flops() == 2.5 * w.fwd_flops()
+
+
+def test_bench_ragged_offsets_address_each_document():
+    from flamia.bench import thd_ragged_offsets
+
+    w = WORKLOADS["llama8b-pack"]
+    offs = thd_ragged_offsets(w.cu_seqlens, {w.hq, w.hkv}, w.head_dim)
+    for h in (w.hq, w.hkv):
+        o = offs[h]
+        assert len(o) == len(w.lengths) + 1 and o[0] == 0
+        assert o[-1] == w.total_tokens * h * w.head_dim
+        assert [b - a for a, b in zip(o, o[1:])] == [n * h * w.head_dim for n in w.lengths]
+
+
+def test_bench_lists_the_cudnn_frontend_baselines():
+    from flamia.bench import baseline_factories
+
+    keys = [k for k, _ in baseline_factories()]
+    assert "cudnn_thd" in keys and "cudnn_fp8" in keys
