@@ -1236,6 +1236,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     records: List[Record] = []
     skipped: List[Dict[str, str]] = []
     workloads_meta: Dict[str, Any] = {}
+
+    def write_json() -> str:
+        doc = {**env, "iters": iters, "warmup": warmup, "input_seed": a.seed, "l2_flush_bytes": L2_FLUSH_BYTES,
+               "timing": "CUDA events, median; L2 flushed before every timed call; flamia fwd includes quantization",
+               "flops": "causal fwd = 4*D*Hq*sum L(L+1)/2; bwd = 2.5 x fwd; step = fwd + bwd",
+               "accuracy": "relative L2 vs exact float64 attention on the sampled documents/heads",
+               "speedups": "flamia records: baseline time / flamia time; best_baseline = the fastest step among "
+                           "all baselines (BF16 and FP8), best_bf16 = the fastest BF16 one; fwd speedups use the "
+                           "fastest forward",
+               "validation": f"before timing; a record above {VALIDATION_MAX_REL_L2} rel. L2 is failed, not timed",
+               "baselines_missing": missing, "skipped": skipped, "workloads": workloads_meta,
+               "records": [r.to_json() for r in records]}
+        jpath = os.path.join(a.out, "bench.json")
+        with open(jpath, "w") as f:
+            json.dump(doc, f, indent=1)
+        return jpath
+
     flamia_ok = True
     try:
         import flamia  # noqa: F401
@@ -1304,22 +1321,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         records.extend(recs)
         del inp, ref
         torch.cuda.empty_cache()
+        write_json()  # after every workload, so that a run cut short keeps what it measured
 
     print_table(records)
-    doc = {**env, "iters": iters, "warmup": warmup, "input_seed": a.seed, "l2_flush_bytes": L2_FLUSH_BYTES,
-           "timing": "CUDA events, median; L2 flushed before every timed call; flamia fwd includes quantization",
-           "flops": "causal fwd = 4*D*Hq*sum L(L+1)/2; bwd = 2.5 x fwd; step = fwd + bwd",
-           "accuracy": "relative L2 vs exact float64 attention on the sampled documents/heads",
-           "speedups": "flamia records: baseline time / flamia time; best_baseline = the fastest step among "
-                       "all baselines (BF16 and FP8), best_bf16 = the fastest BF16 one; fwd speedups use the "
-                       "fastest forward",
-           "validation": f"before timing; a record above {VALIDATION_MAX_REL_L2} rel. L2 is failed, not timed",
-           "baselines_missing": missing, "skipped": skipped, "workloads": workloads_meta,
-           "records": [r.to_json() for r in records]}
-    jpath = os.path.join(a.out, "bench.json")
-    with open(jpath, "w") as f:
-        json.dump(doc, f, indent=1)
-    log(f"wrote {jpath}")
+    log(f"wrote {write_json()}")
     for p in draw_charts(records, a.out):
         log(f"wrote {p}")
     return 0
