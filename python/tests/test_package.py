@@ -86,3 +86,14 @@ def test_bench_lists_the_cudnn_frontend_baselines():
 
     keys = [k for k, _ in baseline_factories()]
     assert "cudnn_thd" in keys and "cudnn_fp8" in keys
+
+
+def test_bench_cudnn_fp8_skips_ragged_packs_unless_asked():
+    from flamia.bench import baseline_factories
+
+    class Inp:
+        w = WORKLOADS["pack-32k"]
+
+    fp8 = dict(baseline_factories())["cudnn_fp8"]
+    with pytest.raises(NotImplementedError, match="--cudnn-fp8-ragged"):
+        fp8(Inp())
