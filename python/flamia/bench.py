@@ -3,12 +3,18 @@
     python -m flamia.bench [--out docs/bench] [--workloads fixed-4k,pack-32k] [--quick] [--iters 20]
 
 For every workload (flamia.workloads, as in the project's WORKLOADS.md) and every
-implementation present, measures quant / forward / backward / step (= forward + backward)
-time with CUDA events (warm-up, median of --iters, L2 flushed before each timed call),
-TFLOPS as DESIGN.md section 4 counts them, and accuracy against exact float64 attention on a
-sampled subset; for flamia also the bitwise causal and document-isolation properties.
+implementation present, first checks accuracy against exact float64 attention on a sampled
+subset (a result far off is reported as failed and not timed), then measures quant / forward /
+backward / step (= forward + backward) time with CUDA events (warm-up, median of --iters, L2
+flushed before each timed call) and TFLOPS as DESIGN.md section 4 counts them; for flamia also
+the bitwise causal and document-isolation properties. Baselines: torch SDPA's cuDNN backend
+(fixed-length), FlashAttention-2 varlen inside torch, FlexAttention, and through the cuDNN
+Python frontend (when `import cudnn` works) cuDNN's ragged THD BF16 path on every workload and
+cuDNN FP8 with per-tensor scales (BSHD on fixed-length packs; ragged THD on the others only
+with --cudnn-fp8-ragged).
 Writes a terminal table, bench.json and PNG charts under --out. One failing baseline only
-costs its own record (the error string is kept in the JSON).
+costs its own record (the error string is kept in the JSON); an unsupported one is skipped
+with its reason logged and listed under "skipped".
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ from .workloads import WORKLOADS, Workload, length_summary
 QUICK_WORKLOADS = ["fixed-4k", "fixed-8k", "fixed-16k", "fixed-32k", "pack-32k", "llama8b-pack"]
 FLAMIA_RECIPES = ["fp8", "fp8_mixed"]
 L2_FLUSH_BYTES = 256 << 20
+# A record whose relative L2 error (output or any gradient) exceeds this is reported as failed
+# and not timed: far above FP8's ~0.07, far below the ~1 of a wrong layout or mask.
+VALIDATION_MAX_REL_L2 = 0.25
 _T0 = time.time()
 
 
@@ -423,28 +432,229 @@ class TransformerEngineImpl(AutogradImpl):
         return state[0].reshape(w.total_tokens, w.hq, w.head_dim), grads[0], grads[1], grads[2]
 
 
-class CudnnFp8Impl(Impl):
+class CudnnFrontendImpl(Impl):
+    """Shared plumbing of the baselines that call the cuDNN Python frontend's graph API
+    directly: a handle on the current stream, plan building, and the packed [T, H, D]
+    layout seen by cuDNN either as BSHD (fixed-length packs, no copy) or as ragged THD
+    (element offsets of each document's first token plus per-document sequence lengths
+    and the padding mask, cuDNN's variable-length form). Unsupported graphs and a missing
+    frontend raise NotImplementedError, which the driver turns into a logged skip."""
+
+    def __init__(self, inp: Inputs, ragged: bool):
+        super().__init__(inp)
+        import torch
+
+        try:
+            import cudnn
+        except ImportError as e:
+            raise NotImplementedError(f"cuDNN python frontend not installed ({_err(e)})")
+        self.cudnn = cudnn
+        w = inp.w
+        self.B, self.S, self.H, self.Hkv, self.D = len(w.lengths), w.max_seqlen, w.hq, w.hkv, w.head_dim
+        self.ragged = ragged
+        self.gqa = "native" if inp.group > 1 else "n/a"
+        if ragged:
+            offs = thd_ragged_offsets(w.cu_seqlens, {self.H, self.Hkv}, self.D)
+            self.offsets = {h: torch.tensor(o, dtype=torch.int64, device="cuda").reshape(self.B + 1, 1, 1, 1)
+                            for h, o in offs.items()}
+            self.seq_len = torch.tensor(w.lengths, dtype=torch.int32, device="cuda").reshape(self.B, 1, 1, 1)
+            self.notes.append("ragged THD layout (ragged offsets + seq_len, padding mask)")
+        self.handle = cudnn.create_handle()
+        try:
+            cudnn.set_stream(handle=self.handle, stream=torch.cuda.current_stream().cuda_stream)
+        except Exception as e:  # the default stream is what the benchmark uses anyway
+            self.notes.append(f"cudnn.set_stream failed ({_err(e)[:80]})")
+
+    # -- layout: dims are always [B, H, S, D] with BSHD strides; ragged tensors get offsets --
+    def _dims(self, h: int):
+        return (self.B, h, self.S, self.D), (self.S * h * self.D, self.D, h * self.D, 1)
+
+    def _stats_dims(self):
+        # Softmax stats stay padded [B, H, S, 1] in both forms (float32, small).
+        return (self.B, self.H, self.S, 1), (self.H * self.S, self.S, 1, 1)
+
+    def _offset(self, g, h: int, pack: Dict[Any, Any]):
+        o = g.tensor(dim=(self.B + 1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=self.cudnn.data_type.INT64)
+        pack[o] = self.offsets[h]
+        return o
+
+    def _input(self, g, h: int, dtype, pack: Dict[Any, Any], buf):
+        dim, st = self._dims(h)
+        t = g.tensor(dim=dim, stride=st, data_type=dtype)
+        if self.ragged:
+            t.set_ragged_offset(self._offset(g, h, pack))
+        pack[t] = buf
+        return t
+
+    def _output(self, g, t, h: int, dtype, pack: Dict[Any, Any], buf) -> None:
+        dim, st = self._dims(h)
+        t.set_output(True).set_dim(dim).set_stride(st).set_data_type(dtype)
+        if self.ragged:
+            t.set_ragged_offset(self._offset(g, h, pack))
+        pack[t] = buf
+
+    def _stats(self, g, pack: Dict[Any, Any], buf, t=None):
+        """The stats tensor: marks the forward's output t, or makes the backward's input."""
+        dim, st = self._stats_dims()
+        f32 = self.cudnn.data_type.FLOAT
+        if t is None:
+            t = g.tensor(dim=dim, stride=st, data_type=f32)
+        else:
+            t.set_output(True).set_dim(dim).set_stride(st).set_data_type(f32)
+        pack[t] = buf
+        return t
+
+    def _padding(self, g, pack: Dict[Any, Any]) -> Dict[str, Any]:
+        """sdpa keyword arguments of the variable-length form (none for BSHD)."""
+        if not self.ragged:
+            return {}
+        kw: Dict[str, Any] = {"use_padding_mask": True}
+        for name in ("seq_len_q", "seq_len_kv"):
+            t = g.tensor(dim=(self.B, 1, 1, 1), stride=(1, 1, 1, 1), data_type=self.cudnn.data_type.INT32)
+            pack[t] = self.seq_len
+            kw[name] = t
+        return kw
+
+    def _graph(self, io_type):
+        c = self.cudnn
+        return c.pygraph(io_data_type=io_type, intermediate_data_type=c.data_type.FLOAT,
+                         compute_data_type=c.data_type.FLOAT, handle=self.handle)
+
+    def _finish(self, g, what: str) -> None:
+        c = self.cudnn
+        try:
+            g.validate()
+            g.build_operation_graph()
+            g.create_execution_plans([c.heur_mode.A, c.heur_mode.FALLBACK])
+            g.check_support()
+            g.build_plans()
+        except c.cudnnGraphNotSupportedError as e:
+            form = "ragged THD" if self.ragged else "BSHD"
+            raise NotImplementedError(f"cuDNN {c.backend_version_string()} does not support this {what} "
+                                      f"graph ({form}, Hq/Hkv={self.H}/{self.Hkv}, D={self.D}): {_err(e)}")
+
+    def _workspace(self, *graphs) -> None:
+        import torch
+
+        n = max([g.get_workspace_size() for g in graphs] + [1])
+        self.ws = torch.empty((n,), dtype=torch.uint8, device="cuda")
+
+    def close(self):
+        try:
+            self.cudnn.destroy_handle(self.handle)
+        except Exception:
+            pass
+
+
+def thd_ragged_offsets(cu_seqlens: Sequence[int], heads: Sequence[int], head_dim: int) -> Dict[int, List[int]]:
+    """cuDNN ragged offsets of a packed [T, H, D] tensor, per head count H: the element index
+    of each document's first token, then the total (B + 1 values)."""
+    return {h: [c * h * head_dim for c in cu_seqlens] for h in heads}
+
+
+class CudnnThdImpl(CudnnFrontendImpl):
+    """cuDNN BF16 SDPA forward + backward on the packed tensors as ragged THD (ragged offsets
+    on Q/K/V/O/dO/dQ/dK/dV, seq_len_q = seq_len_kv = the document lengths, padding mask,
+    causal as a top-left diagonal band with right bound 0): cuDNN's variable-length path,
+    the same kernels Transformer Engine's THD attention calls. Runs on every workload (a
+    fixed-length pack is a pack)."""
+
+    name = "cudnn_thd"
+
+    def __init__(self, inp: Inputs):
+        super().__init__(inp, ragged=True)
+        import torch
+
+        w = inp.w
+        bf = dict(dtype=torch.bfloat16, device="cuda")
+        self.o = torch.empty(inp.q.shape, **bf)
+        self.dq = torch.empty(inp.q.shape, **bf)
+        self.dk = torch.empty(inp.k.shape, **bf)
+        self.dv = torch.empty(inp.v.shape, **bf)
+        self.stats = torch.empty(self._stats_dims()[0], dtype=torch.float32, device="cuda")
+        self._build_fwd()
+        self._build_bwd()
+        self._workspace(self.fg, self.bg)
+        if w.causal:
+            self.notes.append("causal: diagonal_alignment TOP_LEFT, right bound 0")
+
+    def _mask(self) -> Dict[str, Any]:
+        if not self.inp.w.causal:
+            return {}
+        return {"diagonal_alignment": self.cudnn.diagonal_alignment.TOP_LEFT, "diagonal_band_right_bound": 0}
+
+    def _build_fwd(self):
+        bf16 = self.cudnn.data_type.BFLOAT16
+        g, pack = self._graph(bf16), {}
+        q = self._input(g, self.H, bf16, pack, self.inp.q)
+        k = self._input(g, self.Hkv, bf16, pack, self.inp.k)
+        v = self._input(g, self.Hkv, bf16, pack, self.inp.v)
+        o, stats = g.sdpa(q=q, k=k, v=v, generate_stats=True, attn_scale=self.inp.scale,
+                          **self._padding(g, pack), **self._mask())
+        self._output(g, o, self.H, bf16, pack, self.o)
+        self._stats(g, pack, self.stats, stats)
+        self._finish(g, "BF16 forward")
+        self.fg, self.fpack = g, pack
+
+    def _build_bwd(self):
+        bf16 = self.cudnn.data_type.BFLOAT16
+        g, pack = self._graph(bf16), {}
+        q = self._input(g, self.H, bf16, pack, self.inp.q)
+        k = self._input(g, self.Hkv, bf16, pack, self.inp.k)
+        v = self._input(g, self.Hkv, bf16, pack, self.inp.v)
+        o = self._input(g, self.H, bf16, pack, self.o)
+        do = self._input(g, self.H, bf16, pack, self.inp.dout)
+        stats = self._stats(g, pack, self.stats)
+        # Workspace is sized from the packed token total (rounded up to a 64-token tile).
+        t64 = (self.inp.w.total_tokens + 63) // 64 * 64
+        dq, dk, dv = g.sdpa_backward(q=q, k=k, v=v, o=o, dO=do, stats=stats, attn_scale=self.inp.scale,
+                                     max_total_seq_len_q=t64, max_total_seq_len_kv=t64,
+                                     **self._padding(g, pack), **self._mask())
+        self._output(g, dq, self.H, bf16, pack, self.dq)
+        self._output(g, dk, self.Hkv, bf16, pack, self.dk)
+        self._output(g, dv, self.Hkv, bf16, pack, self.dv)
+        self._finish(g, "BF16 backward")
+        self.bg, self.bpack = g, pack
+
+    def fwd(self):
+        self.fg.execute(self.fpack, self.ws, handle=self.handle)
+        return True
+
+    def bwd(self, state):
+        self.bg.execute(self.bpack, self.ws, handle=self.handle)
+        return True
+
+    def result(self, state, grads):
+        return self.o, self.dq, self.dk, self.dv
+
+
+# Measured on an H200 with cuDNN 9.19.0 and frontend 1.16.0: the FP8 ragged backward has no
+# execution plan for MHA (pack-32k), and for GQA 32/8 (llama8b-pack) it builds a plan whose run
+# faults with an illegal address, which ends the whole process. Hence opt-in.
+FP8_RAGGED_OFF = ("FP8 on ragged THD packs is off by default: with cuDNN 9.19 on sm_90 its backward had no "
+                  "execution plan (MHA) or faulted with an illegal address (GQA 32/8); --cudnn-fp8-ragged "
+                  "tries it (in a process of its own: a fault ends the run)")
+
+
+class CudnnFp8Impl(CudnnFrontendImpl):
     """cuDNN FP8 SDPA forward + backward through the cuDNN Python frontend, per-tensor scales
     (power-of-two, from each tensor's amax, as current-scaling FP8 recipes do; O, S, dP and the
-    gradients use scales calibrated by one untimed run). fwd/bwd/step time the cuDNN graphs;
-    the quantization of q/k/v/dO (unfused torch ops here) is reported as quant_ms."""
+    gradients use scales calibrated by one untimed run). Fixed-length packs as BSHD; the
+    long-tailed packs as ragged THD only with allow_ragged (--cudnn-fp8-ragged), see
+    FP8_RAGGED_OFF. fwd/bwd/step time the cuDNN graphs; the quantization of q/k/v/dO
+    (unfused torch ops here) is reported as quant_ms."""
 
     name = "cudnn_fp8"
     recipe = "fp8_per_tensor"
     precision = "fp8"
     has_quant = True
 
-    def __init__(self, inp: Inputs):
-        super().__init__(inp)
+    def __init__(self, inp: Inputs, allow_ragged: bool = False):
+        if not inp.w.fixed and not allow_ragged:
+            raise NotImplementedError(FP8_RAGGED_OFF)
+        super().__init__(inp, ragged=not inp.w.fixed)
         import torch
-        import cudnn  # noqa: F401
 
-        w = inp.w
-        if not w.fixed:
-            raise NotImplementedError("fixed-length workloads only")
-        self.cudnn = cudnn
-        self.B, self.L, self.H, self.Hkv, self.D = len(w.lengths), w.doc_len, w.hq, w.hkv, w.head_dim
-        self.gqa = "native" if inp.group > 1 else "n/a"
         dev = "cuda"
         f8 = torch.float8_e4m3fn
         self.q8 = torch.empty(inp.q.shape, dtype=f8, device=dev)
@@ -455,7 +665,7 @@ class CudnnFp8Impl(Impl):
         self.dq8 = torch.empty(inp.q.shape, dtype=f8, device=dev)
         self.dk8 = torch.empty(inp.k.shape, dtype=f8, device=dev)
         self.dv8 = torch.empty(inp.v.shape, dtype=f8, device=dev)
-        self.stats = torch.empty((self.B, self.H, self.L, 1), dtype=torch.float32, device=dev)
+        self.stats = torch.empty(self._stats_dims()[0], dtype=torch.float32, device=dev)
         one = lambda: torch.ones((1, 1, 1, 1), dtype=torch.float32, device=dev)  # noqa: E731
         names = ["descale_q", "descale_k", "descale_v", "descale_do", "descale_s", "scale_s", "scale_o",
                  "descale_o", "descale_dp", "scale_dp", "scale_dq", "scale_dk", "scale_dv",
@@ -465,98 +675,67 @@ class CudnnFp8Impl(Impl):
         # P is in [0, 1]: 256 (a power of two under 448) keeps it in range.
         self.s["scale_s"].fill_(256.0)
         self.s["descale_s"].fill_(1.0 / 256.0)
-        self.handle = cudnn.create_handle()
-        try:
-            cudnn.set_stream(handle=self.handle, stream=torch.cuda.current_stream().cuda_stream)
-        except Exception as e:  # the default stream is what the benchmark uses anyway
-            self.notes.append(f"cudnn.set_stream failed ({_err(e)[:80]})")
         self._build_fwd()
         self._build_bwd()
-        self.ws = torch.empty((max(self.fg.get_workspace_size(), self.bg.get_workspace_size(), 1),),
-                              dtype=torch.uint8, device=dev)
+        self._workspace(self.fg, self.bg)
         self._calibrate()
 
-    # layouts: packed [T, H, D] memory seen as [B, H, L, D] (BSHD strides)
-    def _dims(self, h: int):
-        return (self.B, h, self.L, self.D), (self.L * h * self.D, self.D, h * self.D, 1)
+    def _scalar(self, g, pack: Dict[Any, Any], name: str):
+        t = g.tensor(dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=self.cudnn.data_type.FLOAT)
+        pack[t] = self.s[name]
+        return t
 
-    def _graph(self):
-        c = self.cudnn
-        return c.pygraph(io_data_type=c.data_type.FP8_E4M3, intermediate_data_type=c.data_type.FLOAT,
-                         compute_data_type=c.data_type.FLOAT, handle=self.handle)
-
-    def _t(self, g, h: int):
-        dim, st = self._dims(h)
-        return g.tensor(dim=dim, stride=st, data_type=self.cudnn.data_type.FP8_E4M3)
-
-    def _scalar(self, g):
-        return g.tensor(dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=self.cudnn.data_type.FLOAT)
-
-    def _finish(self, g):
-        c = self.cudnn
-        g.validate()
-        g.build_operation_graph()
-        g.create_execution_plans([c.heur_mode.A, c.heur_mode.FALLBACK])
-        g.check_support()
-        g.build_plans()
+    def _amax_out(self, t, pack: Dict[Any, Any], name: str) -> None:
+        t.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(self.cudnn.data_type.FLOAT)
+        pack[t] = self.s[name]
 
     def _build_fwd(self):
-        c = self.cudnn
-        g = self._graph()
-        t = {"q": self._t(g, self.H), "k": self._t(g, self.Hkv), "v": self._t(g, self.Hkv)}
-        for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o"):
-            t[n] = self._scalar(g)
-        kw = dict(q=t["q"], k=t["k"], v=t["v"], descale_q=t["descale_q"], descale_k=t["descale_k"],
-                  descale_v=t["descale_v"], descale_s=t["descale_s"], scale_s=t["scale_s"],
-                  scale_o=t["scale_o"], attn_scale=self.inp.scale, use_causal_mask=self.inp.w.causal)
+        e4m3 = self.cudnn.data_type.FP8_E4M3
+        g, pack = self._graph(e4m3), {}
+        q = self._input(g, self.H, e4m3, pack, self.q8)
+        k = self._input(g, self.Hkv, e4m3, pack, self.k8)
+        v = self._input(g, self.Hkv, e4m3, pack, self.v8)
+        sc = {n: self._scalar(g, pack, n)
+              for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")}
+        kw = dict(q=q, k=k, v=v, attn_scale=self.inp.scale, use_causal_mask=self.inp.w.causal,
+                  **sc, **self._padding(g, pack))
         try:
             o, stats, amax_s, amax_o = g.sdpa_fp8(generate_stats=True, **kw)
         except TypeError:  # older frontends spell it is_inference
             o, stats, amax_s, amax_o = g.sdpa_fp8(is_inference=False, **kw)
-        dim, st = self._dims(self.H)
-        o.set_output(True).set_dim(dim).set_stride(st).set_data_type(c.data_type.FP8_E4M3)
-        stats.set_output(True).set_dim((self.B, self.H, self.L, 1)).set_stride(
-            (self.H * self.L, self.L, 1, 1)).set_data_type(c.data_type.FLOAT)
-        for a in (amax_s, amax_o):
-            a.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(c.data_type.FLOAT)
-        self._finish(g)
-        self.fg = g
-        self.fpack = {t["q"]: self.q8, t["k"]: self.k8, t["v"]: self.v8, o: self.o8, stats: self.stats,
-                      amax_s: self.s["amax_s"], amax_o: self.s["amax_o"]}
-        for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o"):
-            self.fpack[t[n]] = self.s[n]
+        self._output(g, o, self.H, e4m3, pack, self.o8)
+        self._stats(g, pack, self.stats, stats)
+        self._amax_out(amax_s, pack, "amax_s")
+        self._amax_out(amax_o, pack, "amax_o")
+        self._finish(g, "FP8 forward")
+        self.fg, self.fpack = g, pack
 
     def _build_bwd(self):
-        c = self.cudnn
-        g = self._graph()
-        t = {"q": self._t(g, self.H), "k": self._t(g, self.Hkv), "v": self._t(g, self.Hkv),
-             "o": self._t(g, self.H), "do": self._t(g, self.H)}
-        t["stats"] = g.tensor(dim=(self.B, self.H, self.L, 1), stride=(self.H * self.L, self.L, 1, 1),
-                              data_type=c.data_type.FLOAT)
-        sc = ["descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp",
-              "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp"]
-        for n in sc:
-            t[n] = self._scalar(g)
+        e4m3 = self.cudnn.data_type.FP8_E4M3
+        g, pack = self._graph(e4m3), {}
+        q = self._input(g, self.H, e4m3, pack, self.q8)
+        k = self._input(g, self.Hkv, e4m3, pack, self.k8)
+        v = self._input(g, self.Hkv, e4m3, pack, self.v8)
+        o = self._input(g, self.H, e4m3, pack, self.o8)
+        do = self._input(g, self.H, e4m3, pack, self.do8)
+        stats = self._stats(g, pack, self.stats)
+        sc = {n: self._scalar(g, pack, n)
+              for n in ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s",
+                        "descale_dp", "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp")}
         dq, dk, dv, adq, adk, adv, adp = g.sdpa_fp8_backward(
-            q=t["q"], k=t["k"], v=t["v"], o=t["o"], dO=t["do"], stats=t["stats"],
-            descale_q=t["descale_q"], descale_k=t["descale_k"], descale_v=t["descale_v"],
-            descale_o=t["descale_o"], descale_dO=t["descale_do"], descale_s=t["descale_s"],
-            descale_dP=t["descale_dp"], scale_s=t["scale_s"], scale_dQ=t["scale_dq"], scale_dK=t["scale_dk"],
-            scale_dV=t["scale_dv"], scale_dP=t["scale_dp"], attn_scale=self.inp.scale,
-            use_causal_mask=self.inp.w.causal)
-        for out, h in ((dq, self.H), (dk, self.Hkv), (dv, self.Hkv)):
-            dim, st = self._dims(h)
-            out.set_output(True).set_dim(dim).set_stride(st).set_data_type(c.data_type.FP8_E4M3)
-        for a in (adq, adk, adv, adp):
-            a.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(c.data_type.FLOAT)
-        self._finish(g)
-        self.bg = g
-        self.bpack = {t["q"]: self.q8, t["k"]: self.k8, t["v"]: self.v8, t["o"]: self.o8, t["do"]: self.do8,
-                      t["stats"]: self.stats, dq: self.dq8, dk: self.dk8, dv: self.dv8,
-                      adq: self.s["amax_dq"], adk: self.s["amax_dk"], adv: self.s["amax_dv"],
-                      adp: self.s["amax_dp"]}
-        for n in sc:
-            self.bpack[t[n]] = self.s[n]
+            q=q, k=k, v=v, o=o, dO=do, stats=stats,
+            descale_q=sc["descale_q"], descale_k=sc["descale_k"], descale_v=sc["descale_v"],
+            descale_o=sc["descale_o"], descale_dO=sc["descale_do"], descale_s=sc["descale_s"],
+            descale_dP=sc["descale_dp"], scale_s=sc["scale_s"], scale_dQ=sc["scale_dq"], scale_dK=sc["scale_dk"],
+            scale_dV=sc["scale_dv"], scale_dP=sc["scale_dp"], attn_scale=self.inp.scale,
+            use_causal_mask=self.inp.w.causal, **self._padding(g, pack))
+        self._output(g, dq, self.H, e4m3, pack, self.dq8)
+        self._output(g, dk, self.Hkv, e4m3, pack, self.dk8)
+        self._output(g, dv, self.Hkv, e4m3, pack, self.dv8)
+        for t, n in ((adq, "amax_dq"), (adk, "amax_dk"), (adv, "amax_dv"), (adp, "amax_dp")):
+            self._amax_out(t, pack, n)
+        self._finish(g, "FP8 backward")
+        self.bg, self.bpack = g, pack
 
     @staticmethod
     def _pow2_scale(amax):
@@ -616,14 +795,8 @@ class CudnnFp8Impl(Impl):
         return (deq(self.o8, self.s["scale_o"]), deq(self.dq8, self.s["scale_dq"]),
                 deq(self.dk8, self.s["scale_dk"]), deq(self.dv8, self.s["scale_dv"]))
 
-    def close(self):
-        try:
-            self.cudnn.destroy_handle(self.handle)
-        except Exception:
-            pass
 
-
-def baseline_factories() -> List[Tuple[str, Callable[[Inputs], Impl]]]:
+def baseline_factories(cudnn_fp8_ragged: bool = False) -> List[Tuple[str, Callable[[Inputs], Impl]]]:
     """Baselines in the order they run; availability is decided per workload (errors recorded)."""
     import importlib.util
 
@@ -631,7 +804,8 @@ def baseline_factories() -> List[Tuple[str, Callable[[Inputs], Impl]]]:
         ("sdpa_cudnn", SdpaCudnnImpl),
         ("fa2_varlen_torch", Fa2AtenImpl),
         ("flex_attention", FlexImpl),
-        ("cudnn_fp8", CudnnFp8Impl),
+        ("cudnn_thd", CudnnThdImpl),
+        ("cudnn_fp8", lambda inp: CudnnFp8Impl(inp, allow_ragged=cudnn_fp8_ragged)),
     ]
     for mod in ("flash_attn", "flash_attn_interface"):
         if importlib.util.find_spec(mod) is not None:
@@ -645,7 +819,7 @@ def missing_baselines() -> Dict[str, str]:
     import importlib.util
 
     miss = {}
-    for mod, label in (("cudnn", "cudnn_fp8 (cuDNN python frontend, `import cudnn`)"),
+    for mod, label in (("cudnn", "cudnn_thd, cudnn_fp8 (cuDNN python frontend, `import cudnn`)"),
                        ("flash_attn", "flash_attn2"), ("flash_attn_interface", "flash_attn3"),
                        ("transformer_engine", "transformer_engine")):
         if importlib.util.find_spec(mod) is None:
@@ -822,7 +996,10 @@ def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
 
 
 def run_impl(make: Callable[[], Impl], label: Tuple[str, str], w: Workload, timer: Timer, ref,
-             precision_hint: str) -> Optional[Record]:
+             precision_hint: str, skipped: Optional[List[Dict[str, str]]] = None) -> Optional[Record]:
+    """Validate (accuracy vs the float64 reference, when checks are on), then time one
+    implementation. A NotImplementedError (missing module, unsupported configuration) is a
+    skip: logged, appended to `skipped`, no record."""
     import torch
 
     rec = Record(w.name, label[0], label[1], precision=precision_hint)
@@ -831,23 +1008,30 @@ def run_impl(make: Callable[[], Impl], label: Tuple[str, str], w: Workload, time
         impl = make()
         rec.impl, rec.recipe, rec.precision = impl.name, impl.recipe, impl.precision
         rec.gqa = getattr(impl, "gqa", "n/a")
+        rec.notes = impl.notes
+        if ref is not None:
+            log(f"{w.name} {rec.impl}/{rec.recipe}: checking accuracy")
+            st = impl.fwd()
+            gr = impl.bwd(st)
+            out, dq, dk, dv = impl.result(st, gr)
+            rec.errors = accuracy(ref, out, dq, dk, dv)
+            del st, gr, out, dq, dk, dv
+            bad = {k: v for k, v in rec.errors.items() if v is None or not v <= VALIDATION_MAX_REL_L2}
+            if bad:
+                raise RuntimeError(f"validation failed: rel. L2 errors {bad} above {VALIDATION_MAX_REL_L2} "
+                                   f"(all: {rec.errors}); not timed")
         log(f"{w.name} {rec.impl}/{rec.recipe}: timing ({timer.iters} iters)")
         t = timer.run(impl)
         rec.quant_ms, rec.fwd_ms, rec.bwd_ms, rec.step_ms = (_r(t["quant_ms"]), _r(t["fwd_ms"]),
                                                              _r(t["bwd_ms"]), _r(t["step_ms"]))
         rec.fwd_tflops = _r(w.fwd_flops() / (t["fwd_ms"] * 1e-3) / 1e12, 1)
         rec.step_tflops = _r((w.fwd_flops() + w.bwd_flops()) / (t["step_ms"] * 1e-3) / 1e12, 1)
-        log(f"{w.name} {rec.impl}/{rec.recipe}: fwd {rec.fwd_ms} ms, step {rec.step_ms} ms "
-            f"({rec.step_tflops} TFLOPS); checking accuracy")
-        if ref is not None:
-            st = impl.fwd()
-            gr = impl.bwd(st)
-            out, dq, dk, dv = impl.result(st, gr)
-            rec.errors = accuracy(ref, out, dq, dk, dv)
-            del st, gr, out, dq, dk, dv
-        rec.notes = impl.notes
+        log(f"{w.name} {rec.impl}/{rec.recipe}: fwd {rec.fwd_ms} ms, bwd {rec.bwd_ms} ms, step {rec.step_ms} ms "
+            f"({rec.fwd_tflops} / {rec.step_tflops} TFLOPS); errors {rec.errors}")
     except NotImplementedError as e:
         log(f"{w.name} {label[0]}: skipped ({e})")
+        if skipped is not None:
+            skipped.append({"workload": w.name, "impl": label[0], "reason": str(e)})
         return None
     except Exception as e:
         rec.error = _err(e)
@@ -1025,9 +1209,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None, help="untimed fwd+bwd calls first (default 3; quick 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--impls", default=None, help="comma-separated subset of implementations to run "
-                                                 "(flamia, sdpa_cudnn, fa2_varlen_torch, flex_attention, cudnn_fp8, "
-                                                 "flash_attn, flash_attn_interface, transformer_engine)")
+                                                 "(flamia, sdpa_cudnn, fa2_varlen_torch, flex_attention, cudnn_thd, "
+                                                 "cudnn_fp8, flash_attn, flash_attn_interface, transformer_engine)")
     p.add_argument("--no-checks", action="store_true", help="skip accuracy and bitwise checks")
+    p.add_argument("--cudnn-fp8-ragged", action="store_true",
+                   help="also run cudnn_fp8 on the long-tailed packs as ragged THD (off by default: with cuDNN "
+                        "9.19 on sm_90 it is unsupported or faults; use a process of its own)")
     return p.parse_args(argv)
 
 
@@ -1062,7 +1249,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log(f"baseline {k}: {v}")
     timer = Timer(iters, warmup)
     records: List[Record] = []
+    skipped: List[Dict[str, str]] = []
     workloads_meta: Dict[str, Any] = {}
+
+    def write_json() -> str:
+        doc = {**env, "iters": iters, "warmup": warmup, "input_seed": a.seed, "l2_flush_bytes": L2_FLUSH_BYTES,
+               "timing": "CUDA events, median; L2 flushed before every timed call; flamia fwd includes quantization",
+               "flops": "causal fwd = 4*D*Hq*sum L(L+1)/2; bwd = 2.5 x fwd; step = fwd + bwd",
+               "accuracy": "relative L2 vs exact float64 attention on the sampled documents/heads",
+               "speedups": "flamia records: baseline time / flamia time; best_baseline = the fastest step among "
+                           "all baselines (BF16 and FP8), best_bf16 = the fastest BF16 one; fwd speedups use the "
+                           "fastest forward",
+               "validation": f"before timing; a record above {VALIDATION_MAX_REL_L2} rel. L2 is failed, not timed",
+               "baselines_missing": missing, "skipped": skipped, "workloads": workloads_meta,
+               "records": [r.to_json() for r in records]}
+        jpath = os.path.join(a.out, "bench.json")
+        with open(jpath, "w") as f:
+            json.dump(doc, f, indent=1)
+        return jpath
+
     flamia_ok = True
     try:
         import flamia  # noqa: F401
@@ -1108,7 +1313,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if not flamia_ok:
                 recs.append(Record(name, "flamia", rcp, precision="fp8", error=flamia_err))
                 continue
-            rec = run_impl(lambda i=inp, r=rcp: FlamiaImpl(i, r), ("flamia", rcp), w, timer, ref, "fp8")
+            rec = run_impl(lambda i=inp, r=rcp: FlamiaImpl(i, r), ("flamia", rcp), w, timer, ref, "fp8", skipped)
             if rec is not None:
                 if rec.error is None and not a.no_checks:
                     try:
@@ -1119,33 +1324,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         rec.extra["checks"] = {"error": _err(e)}
                         log(f"{name} flamia/{rcp}: checks FAILED {_err(e)}")
                 recs.append(rec)
-        for key, factory in baseline_factories():
+        for key, factory in baseline_factories(a.cudnn_fp8_ragged):
             if impl_filter and key not in impl_filter:
                 continue
             prec = "fp8" if key == "cudnn_fp8" else "bf16"
             rec = run_impl(lambda i=inp, f=factory: f(i), (key, "fp8_per_tensor" if prec == "fp8" else "bf16"), w, timer,
-                           ref, prec)
+                           ref, prec, skipped)
             if rec is not None:
                 recs.append(rec)
         add_speedups(recs)
         records.extend(recs)
         del inp, ref
         torch.cuda.empty_cache()
+        write_json()  # after every workload, so that a run cut short keeps what it measured
 
     print_table(records)
-    doc = {**env, "iters": iters, "warmup": warmup, "input_seed": a.seed, "l2_flush_bytes": L2_FLUSH_BYTES,
-           "timing": "CUDA events, median; L2 flushed before every timed call; flamia fwd includes quantization",
-           "flops": "causal fwd = 4*D*Hq*sum L(L+1)/2; bwd = 2.5 x fwd; step = fwd + bwd",
-           "accuracy": "relative L2 vs exact float64 attention on the sampled documents/heads",
-           "speedups": "flamia records: baseline time / flamia time; best_baseline = the fastest step among "
-                       "all baselines (BF16 and FP8), best_bf16 = the fastest BF16 one; fwd speedups use the "
-                       "fastest forward",
-           "baselines_missing": missing, "workloads": workloads_meta,
-           "records": [r.to_json() for r in records]}
-    jpath = os.path.join(a.out, "bench.json")
-    with open(jpath, "w") as f:
-        json.dump(doc, f, indent=1)
-    log(f"wrote {jpath}")
+    log(f"wrote {write_json()}")
     for p in draw_charts(records, a.out):
         log(f"wrote {p}")
     return 0

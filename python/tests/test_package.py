@@ -75,3 +75,33 @@ def test_check_errors_without_device_calls():
         pytest.skip("libflamia.so not built")
     flamia.check_errors()
     assert issubclass(flamia.FlamiaError, RuntimeError)
+
+
+def test_bench_ragged_offsets_address_each_document():
+    from flamia.bench import thd_ragged_offsets
+
+    w = WORKLOADS["llama8b-pack"]
+    offs = thd_ragged_offsets(w.cu_seqlens, {w.hq, w.hkv}, w.head_dim)
+    for h in (w.hq, w.hkv):
+        o = offs[h]
+        assert len(o) == len(w.lengths) + 1 and o[0] == 0
+        assert o[-1] == w.total_tokens * h * w.head_dim
+        assert [b - a for a, b in zip(o, o[1:])] == [n * h * w.head_dim for n in w.lengths]
+
+
+def test_bench_lists_the_cudnn_frontend_baselines():
+    from flamia.bench import baseline_factories
+
+    keys = [k for k, _ in baseline_factories()]
+    assert "cudnn_thd" in keys and "cudnn_fp8" in keys
+
+
+def test_bench_cudnn_fp8_skips_ragged_packs_unless_asked():
+    from flamia.bench import baseline_factories
+
+    class Inp:
+        w = WORKLOADS["pack-32k"]
+
+    fp8 = dict(baseline_factories())["cudnn_fp8"]
+    with pytest.raises(NotImplementedError, match="--cudnn-fp8-ragged"):
+        fp8(Inp())
