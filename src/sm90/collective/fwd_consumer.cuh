@@ -33,7 +33,7 @@ struct TurnOrder {
   __device__ void end() const { warpgroup::bar_arrive(other, 256); }
 };
 
-template <int D, int kChains>
+template <int D>
 __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, uint32_t base, int consumer_idx) {
   using P = Plan<D>;
   const uint32_t q_full = base + P::kBarriers, q_empty = q_full + 8;
@@ -88,9 +88,9 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       const int n0 = n * P::kBlockN;
       TileP tp;
       if (mask_needed_for_query_rows(mask, dt.tile, n, P::kBlockN))
-        softmax_tile<kChains, true>(sc, sk, sv, sq, sqc, mask, i0, n0, p.c, rows, tp);
+        softmax_tile<true>(sc, sk, sv, sq, sqc, mask, i0, n0, p.c, rows, tp);
       else
-        softmax_tile<kChains, false>(sc, sk, sv, sq, sqc, mask, i0, n0, p.c, rows, tp);
+        softmax_tile<false>(sc, sk, sv, sq, sqc, mask, i0, n0, p.c, rows, tp);
 
       float fresh[D / 8][4];
       turns.begin();
@@ -107,7 +107,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       if (lane == 0) mbar::arrive(empty0 + 8 * s);  // this warp is done with the stage
       // Once no row of the warp has a new maximum (the common case after the first tiles),
       // alpha is 1 and acc * alpha == acc: skip the multiply (warp-uniform branch).
-      if (p.skip_unit_rescale && __all_sync(0xffffffffu, tp.alpha[0] == 1.0f && tp.alpha[1] == 1.0f)) {
+      if (__all_sync(0xffffffffu, tp.alpha[0] == 1.0f && tp.alpha[1] == 1.0f)) {
 #pragma unroll
         for (int d = 0; d < D / 8; ++d)
 #pragma unroll

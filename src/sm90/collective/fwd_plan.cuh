@@ -75,7 +75,6 @@ struct Params {
   int64_t total_tokens, tpad;
   int hq, hkv;
   bool causal;
-  bool skip_unit_rescale;  // skip O's alpha multiply when no row maximum of the warp moved
   float c;          // softmax_scale * log2(e)
 };
 

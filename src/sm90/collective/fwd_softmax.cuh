@@ -41,11 +41,13 @@ struct TileP {
 // Row reductions run over kChains independent partial results (merged at the end): a single
 // chain of 32 dependent FMNMX/FADD per row would leave the warp waiting on each result.
 // Max is order-free; the specification leaves the addition order inside a tile free.
+// (Measured on H200: 1, 2 and 4 chains time the same within 2 %; docs/PERFORMANCE.md v5.)
+constexpr int kChains = 4;
 
 // s: Q·Kᵀ of the tile (raw sums). sk, sv: the tile's key scales in the producer's per-lane
 // order (scales_index). i0: this lane's first row, n0: the tile's first key, both
 // document-local. Masks per element only when kMask.
-template <int kChains, bool kMask>
+template <bool kMask>
 __device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, const float* sv,
                                              const float (&sq)[2], const float (&sqc)[2], const DocMask& mask,
                                              int i0, int n0, float c, RowState& st, TileP& out) {

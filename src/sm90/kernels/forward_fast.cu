@@ -2,8 +2,6 @@
 // (collective/fwd_producer.cuh) and two consumer warpgroups (collective/fwd_consumer.cuh)
 // over a TMA + mbarrier pipeline, walking the quantizer's longest-first list of 128-row
 // query tiles. Shapes and the shared-memory plan: collective/fwd_plan.cuh.
-#include <cstdlib>
-
 #include "quantize/layout.cuh"
 #include "sm90/arch/warpgroup.cuh"
 #include "sm90/collective/fwd_consumer.cuh"
@@ -17,7 +15,7 @@ namespace sm90 {
 namespace fwd {
 namespace {
 
-template <int D, int kChains>
+template <int D>
 __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(const __grid_constant__ Params p) {
   using P = Plan<D>;
   extern __shared__ uint8_t smem_raw[];
@@ -44,14 +42,14 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
     if (threadIdx.x < 32) producer<D>(p, base, int(threadIdx.x));
   } else {
     warpgroup::claim_registers<P::kConsumerRegs>();
-    consumer<D, kChains>(p, smem, base, role - 1);
+    consumer<D>(p, smem, base, role - 1);
   }
 }
 
-template <int D, int kChains>
-cudaError_t launch_chains(const Params& prm, int64_t capacity, cudaStream_t stream) {
+template <int D>
+cudaError_t launch(const Params& prm, int64_t capacity, cudaStream_t stream) {
   using P = Plan<D>;
-  constexpr auto kernel = forward_fast_kernel<D, kChains>;
+  constexpr auto kernel = forward_fast_kernel<D>;
   int device = 0, sms = 0;
   cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM(kernel, P::kAlloc);
   if (err != cudaSuccess || (err = cudaGetDevice(&device)) != cudaSuccess) return err;
@@ -60,18 +58,6 @@ cudaError_t launch_chains(const Params& prm, int64_t capacity, cudaStream_t stre
   const unsigned grid = unsigned(work < sms ? work : sms);
   kernel<<<grid, P::kThreads, P::kAlloc, stream>>>(prm);
   return cudaGetLastError();
-}
-
-// Tuning switch (FLAMIA_FAST_CHAINS = 1, 2 or 4): independent chains of the row reductions.
-template <int D>
-cudaError_t launch(const Params& prm, int64_t capacity, cudaStream_t stream) {
-  static const int chains = [] {
-    const char* v = std::getenv("FLAMIA_FAST_CHAINS");
-    return v == nullptr ? 4 : std::atoi(v);
-  }();
-  if (chains == 1) return launch_chains<D, 1>(prm, capacity, stream);
-  if (chains == 2) return launch_chains<D, 2>(prm, capacity, stream);
-  return launch_chains<D, 4>(prm, capacity, stream);
 }
 
 }  // namespace
@@ -111,10 +97,6 @@ cudaError_t forward_fast(const Params& p, const void* qkv8, void* out, float* ls
   prm.hq = p.hq;
   prm.hkv = p.hkv;
   prm.causal = p.causal;
-  prm.skip_unit_rescale = [] {  // tuning switch FLAMIA_FAST_SKIP=0 turns it off
-    const char* v = std::getenv("FLAMIA_FAST_SKIP");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
   prm.c = p.softmax_scale * 1.4426950408889634f;
   if (p.head_dim == 64) return fwd::launch<64>(prm, layout.fwd_work.capacity, p.stream);
   if (p.head_dim == 128) return fwd::launch<128>(prm, layout.fwd_work.capacity, p.stream);
