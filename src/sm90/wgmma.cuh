@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "sm90/arch/wgmma.cuh"
+
 namespace flamia {
 namespace sm90 {
 namespace wgmma {
@@ -51,39 +53,17 @@ __device__ __forceinline__ uint64_t desc(uint32_t tile, int ks) {
 }
 
 // ---- ordering ----------------------------------------------------------------------------
-// Before the first wgmma that reads registers (accumulator or A) written by other instructions.
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-
-// Closes the group of wgmmas issued since the previous commit.
-__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-
-// Waits until at most N committed groups are pending. Their accumulators and A registers
-// may only be touched after this (and after pin()).
-template <int N>
-__device__ __forceinline__ void wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
+// fence / commit / wait / pin: the warpgroup ordering of arch/wgmma.cuh, shared by both
+// generations of kernels.
+using mma::commit;
+using mma::fence;
+using mma::pin;
+using mma::wait;
 
 // Generic-proxy writes to shared memory (cp.async, st.shared) become visible to wgmma's
 // async-proxy reads: each writing thread fences, then the CTA barrier follows.
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// The compiler sees a wgmma's outputs as defined when the instruction is issued; pinning
-// the registers after wait() keeps every read of them below the wait (and keeps A
-// registers alive until the MMA that reads them has finished).
-template <int N>
-__device__ __forceinline__ void pin(float (&d)[N][4]) {
-#pragma unroll
-  for (int n = 0; n < N; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void pin(uint32_t (&a)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i])::"memory");
 }
 
 // ---- MMAs --------------------------------------------------------------------------------

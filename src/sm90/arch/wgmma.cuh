@@ -56,6 +56,11 @@ __device__ __forceinline__ void pin(float (&d)[N][4]) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
 }
+template <int N>
+__device__ __forceinline__ void pin(uint32_t (&a)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
 template <int K, int N>
 __device__ __forceinline__ void pin(uint32_t (&a)[K][N]) {
 #pragma unroll
