@@ -218,11 +218,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: i
         _require_cuda(t, name)
     _lib.recipe_id(recipe)  # fail early, with the list of recipes
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    # A symbolic max_seqlen (e.g. T under torch.compile with dynamic shapes) stays symbolic:
-    # int() would specialize the compiled graph on its value.
-    if not isinstance(max_seqlen, torch.SymInt):
-        max_seqlen = int(max_seqlen)
-    out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens, max_seqlen, bool(causal),
+    out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens, int(max_seqlen), bool(causal),
                                        float(softmax_scale) if softmax_scale is not None else 0.0,
                                        recipe, needs_grad)
     return (out, lse) if return_lse else out
