@@ -205,3 +205,24 @@ def test_compile_dynamic_lengths_do_not_recompile():
         out = compiled(q, k, v, cu)
         assert torch.equal(out, attend(q, k, v, cu))
     assert counter.frame_count == 1
+
+
+def test_compile_position_ids_path_with_captured_nonzero():
+    # Deriving cu_seqlens from position_ids needs the number of documents (torch.nonzero): a
+    # graph break by default, none when dynamo may capture data-dependent output shapes.
+    class Attn(torch.nn.Module):
+        is_causal = True
+
+    def attend(q, k, v, pos):
+        return flamia_hf.attention_forward(Attn(), q, k, v, None, position_ids=pos)[0]
+
+    q = torch.randn((1, 400, 8, 128), device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    k, v = (torch.randn((1, 400, 2, 128), device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in "kv")
+    pos = torch.cat([torch.arange(n, device="cuda") for n in (100, 263, 37)])[None]
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        torch._dynamo.reset()
+        explanation = torch._dynamo.explain(attend)(q, k, v, pos)
+        assert explanation.graph_break_count == 0, explanation.break_reasons
+        torch._dynamo.reset()
+        got = torch.compile(attend, fullgraph=True)(q, k, v, pos)
+    assert torch.equal(got, attend(q, k, v, pos))

@@ -2,12 +2,15 @@
 
     import flamia.integrations.transformers as flamia_hf
     flamia_hf.register()
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="flamia_fp8", dtype=torch.bfloat16)
-    # a loaded model: model.set_attn_implementation("flamia_fp8")
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="flamia_fp8", dtype=torch.bfloat16)
+    # or from_config(config, attn_implementation=...); a loaded model: model.set_attn_implementation(...)
 
-`register()` adds two implementations to transformers' `AttentionInterface` (and a padding-mask
-function for each to `AttentionMaskInterface`): "flamia_fp8" (recipe "fp8") and
-"flamia_fp8_mixed" (recipe "fp8_mixed"). Requires transformers >= 4.53 (the first release with
+(`dtype` is `torch_dtype` in older transformers releases.)
+
+`register()` adds two implementations to transformers' `AttentionInterface`: "flamia_fp8"
+(recipe "fp8") and "flamia_fp8_mixed" (recipe "fp8_mixed"), and for each a mask function to
+`AttentionMaskInterface` (without one, transformers hands a custom implementation no mask at
+all, and a padded batch would attend to its padding). Requires transformers >= 4.53 (the first release with
 `transformers.masking_utils.AttentionMaskInterface`) and a model whose attention layers call
 `AttentionInterface` (Llama, Qwen2, Mistral and most current decoder models).
 
@@ -23,8 +26,8 @@ order it looks at it:
    `return_flash_attn_kwargs=True`, or passed to the model's forward): used as flamia's
    cu_seqlens over the B*S tokens. No host sync, no graph break.
 3. `position_ids` (DataCollatorWithFlattening's default, or the model's own arange): a document
-   starts at each row start and wherever a position is not the previous one + 1 (the rule
-   transformers uses to detect packed sequences). The number of documents sizes cu_seqlens,
+   starts at each row start and wherever a position is not the previous one + 1 (the rule of
+   transformers' own packed-sequence masks). The number of documents sizes cu_seqlens,
    so this costs one host synchronisation per attention layer (torch.nonzero), and a graph
    break under torch.compile unless `torch._dynamo.config.capture_dynamic_output_shape_ops`
    is set. Pass the collator's cu_seq_lens kwargs to avoid both.
@@ -128,8 +131,9 @@ def _attention_for(recipe: str):
 def padding_mask(attention_mask: Optional[Tensor] = None, kv_length: Optional[int] = None, **kwargs):
     """Mask function for AttentionMaskInterface: the 2D padding mask, cut to the last
     `kv_length` columns, or None. Unlike flash_attention_2's, it does not test whether the mask
-    has any padding (that test reads the mask on the host and breaks a compiled graph); a
-    mask without padding simply takes the padded path at no extra cost."""
+    has any padding (that test reads the mask on the host and breaks a compiled graph): a
+    mask without padding takes the padded path, which costs four gathers (q, k, v and the
+    output) and computes the same attention."""
     if attention_mask is None:
         return None
     if attention_mask.dim() == 2 and kv_length is not None:
