@@ -293,11 +293,14 @@ def test_old_transformers_is_a_clear_error(monkeypatch):
 
 
 def test_import_flamia_does_not_import_transformers():
+    import os
     import subprocess
 
     code = ("import sys, flamia; assert 'transformers' not in sys.modules; "
             "assert 'flamia.integrations' not in sys.modules")
-    subprocess.check_call([sys.executable, "-c", code])
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(flamia.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+    subprocess.check_call([sys.executable, "-c", code], env=env)
 
 
 # ---- whole models, CPU, flamia.attention replaced by per-document SDPA -------------------------
@@ -416,3 +419,14 @@ def test_registered_names_reach_the_model(hf):
         assert AttentionMaskInterface._global_mapping[name] is flamia_hf.padding_mask
     model = tiny_model(hf, "llama", "flamia_fp8_mixed")
     assert model.config._attn_implementation == "flamia_fp8_mixed"
+
+
+def test_switch_a_loaded_model(hf, reference):
+    model = tiny_model(hf, "qwen2", "sdpa")
+    if not hasattr(model, "set_attn_implementation"):
+        pytest.skip(f"transformers {hf.__version__} has no set_attn_implementation")
+    model.set_attn_implementation("flamia_fp8")
+    assert model.config._attn_implementation == "flamia_fp8"
+    with torch.no_grad():
+        model(input_ids=torch.randint(1, 128, (2, 24)), use_cache=False)
+    assert len(reference.calls) == 2 and reference.calls[0]["cu_seqlens"].tolist() == [0, 24, 48]
