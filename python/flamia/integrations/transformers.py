@@ -230,6 +230,9 @@ def _refuse_unsupported(query: Tensor, key: Tensor, value: Tensor, attention_mas
     if query.shape[1] % key.shape[1] != 0:
         raise FlamiaError(f"flamia: query heads ({query.shape[1]}) must be a multiple of key/value heads "
                           f"({key.shape[1]})")
+    if attention_mask is not None and tuple(attention_mask.shape) != (query.shape[0], query.shape[2]):
+        raise FlamiaError(f"flamia: attention_mask has shape {tuple(attention_mask.shape)}, expected "
+                          f"[B, S] = {(query.shape[0], query.shape[2])}")
     if attention_mask is not None and kwargs.get("cu_seq_lens_q") is not None:
         raise FlamiaError("flamia: got both attention_mask and cu_seq_lens_q; a packed batch carries no "
                           "padding mask (DataCollatorWithFlattening returns none)")
@@ -278,9 +281,6 @@ def attention_forward(module, query: Tensor, key: Tensor, value: Tensor, attenti
     # max_seqlen only bounds the document lengths for validation; B*S is always a valid bound.
     max_seqlen = max(total, 1)
     if attention_mask is not None:
-        if tuple(attention_mask.shape) != (batch, seqlen):
-            raise FlamiaError(f"flamia: attention_mask has shape {tuple(attention_mask.shape)}, expected "
-                              f"[B, S] = {(batch, seqlen)}")
         layout = padded_layout(attention_mask.to(query.device))
         q, k, v = (x.index_select(0, layout.packed_from_padded) for x in (q, k, v))
         out = ops.attention(q, k, v, layout.cu_seqlens, max_seqlen, causal=bool(is_causal),
