@@ -149,6 +149,7 @@ RowSample sample_rows(const Pack& pk, std::vector<int> centres, int per_centre) 
 struct LongRows {
   std::vector<double> o_at;  // per centre
   double lse = 0, bias = 0;
+  Bits o;                    // the sampled rows (others 0)
 };
 
 LongRows long_rows(const Pack& pk, const RowSample& rs, const EmulationConfig& cfg, const ExactOutputs& ex) {
@@ -175,6 +176,7 @@ LongRows long_rows(const Pack& pk, const RowSample& rs, const EmulationConfig& c
   }
   r.bias = dot / nn;
   r.lse = std::sqrt(ln / ld);
+  r.o = std::move(o);
   return r;
 }
 
@@ -224,6 +226,13 @@ void options_study(const Options& opt, int dim) {
               " O@%d | O@%d | O@%d | O bias@all | LSE very long |\n", rs.centres[0] + 1, rs.centres[1] + 1, rs.centres[2] + 1);
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> second;
+  // The default's O (the first variant), for the options' own effect: relative L2 of
+  // O_option - O_default.
+  Bits def_pack, def_long, def_very, def_out;
+  auto diff = [](const Bits& a, const Bits& b) {
+    if (b.empty()) return 0.0;
+    return rel_l2(a, to_double(b));
+  };
   for (const Variant& v : kVariants) {
     const auto t0 = std::chrono::steady_clock::now();
     const EmulationConfig fp8 = variant_config(v, FLAMIA_RECIPE_FP8);
@@ -236,7 +245,11 @@ void options_study(const Options& opt, int dim) {
                      m.lse.data(), m.dq.data(), m.dk.data(), m.dv.data());
     const Errors em = errors(m, ex_pack);
     Errors el;
-    if (v.long_backward) el = errors(run_emulation(long_doc, fp8, true), ex_long);
+    Outputs lo;
+    if (v.long_backward) {
+      lo = run_emulation(long_doc, fp8, true);
+      el = errors(lo, ex_long);
+    }
     const LongRows lr = long_rows(very, rs, fp8, ex_very);
     std::printf("| %s | %.4f | %.1e | %.4f | %.4f | %.4f | %.4f | %.4f |", v.name, e.o, e.lse, e.dq, e.dk, e.dv, em.dq,
                 em.dk);
@@ -247,7 +260,14 @@ void options_study(const Options& opt, int dim) {
     std::printf(" %.4f | %.4f | %.4f | %+.4f | %.1e |\n", lr.o_at[0], lr.o_at[1], lr.o_at[2], lr.bias, lr.lse);
     std::fflush(stdout);
     // Outliers, loud document, bitwise properties.
-    const Errors eo = errors(run_emulation(outlier, fp8, true), ex_out);
+    const Outputs ro = run_emulation(outlier, fp8, true);
+    const Errors eo = errors(ro, ex_out);
+    if (def_pack.empty()) {
+      def_pack = base.o;
+      def_long = lo.o;
+      def_very = lr.o;
+      def_out = ro.o;
+    }
     const double quiet = rel_l2_outside_doc(run_emulation(loud, fp8, false).o, ex_loud.o, loud, 2, loud_doc);
     bool safe = true, isolated = true, finite = all_finite(base.o) && all_finite(base.dq);
     const Outputs sb = run_emulation(small, fp8, true);
@@ -259,14 +279,20 @@ void options_study(const Options& opt, int dim) {
       }
       isolated = isolated && check_isolation(small, fp8, sb, 3, kind, ++seed).identical();
     }
-    char buf[512];
-    std::snprintf(buf, sizeof buf, "| %s | %.4f | %.4f | %.4f | %.4f | %.4f | %s | %s | %s | %.0f s |", v.name, eo.o,
-                  eo.dq, eo.dk, eo.dv, quiet, safe ? "yes" : "NO", isolated ? "yes" : "NO", finite ? "yes" : "NO",
-                  seconds_since(t0));
+    char buf[640], dl[32];
+    if (v.long_backward)
+      std::snprintf(dl, sizeof dl, "%.1e", diff(lo.o, def_long));
+    else
+      std::snprintf(dl, sizeof dl, "-");
+    std::snprintf(buf, sizeof buf,
+                  "| %s | %.1e | %s | %.1e | %.1e | %.4f | %.4f | %.4f | %.4f | %.4f | %s | %s | %s | %.0f s |", v.name,
+                  diff(base.o, def_pack), dl, diff(lr.o, def_very), diff(ro.o, def_out), eo.o, eo.dq, eo.dk, eo.dv,
+                  quiet, safe ? "yes" : "NO", isolated ? "yes" : "NO", finite ? "yes" : "NO", seconds_since(t0));
     second.push_back(buf);
   }
-  std::printf("\n| variant | outl. O | outl. dQ | outl. dK | outl. dV | quiet O, 1e4 loud | causal safe | doc isolated |"
-              " finite | time |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| variant | O vs default: pack | long | very long | outliers | outl. O | outl. dQ | outl. dK | outl. dV |"
+              " quiet O, 1e4 loud | causal safe | doc isolated | finite | time |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& line : second) std::printf("%s\n", line.c_str());
   std::printf("\n(recipe fp8 unless marked mixed; %.0f s)\n\n", seconds_since(start));
   std::fflush(stdout);
