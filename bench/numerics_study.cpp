@@ -203,16 +203,30 @@ void options_study(const Options& opt, int dim) {
   Pack loud = pack;
   make_loud(loud, loud_doc, 1e4f);
   const Pack small = random_pack({1, 63, 129, 200, 65, 31, 130}, 2, 1, dim, true, opt.seed + 5);
+  // V with a wide spread of per-token scales (where P's scale, which folds V's in, matters):
+  // every V row times exp(N(0, 1.5^2)); and 1% of V rows times 1e4.
+  Pack v_spread = pack, v_outlier = pack;
+  {
+    std::mt19937_64 rng(opt.seed + 6);
+    std::normal_distribution<double> n01(0.0, 1.0);
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    for (int64_t t = 0; t < pack.p.total_tokens; ++t) {
+      scale_rows(v_spread.v, t, t + 1, 1, dim, float(std::exp(1.5 * n01(rng))));
+      if (u01(rng) < 0.01) scale_rows(v_outlier.v, t, t + 1, 1, dim, 1e4f);
+    }
+  }
 
   std::printf("## forward options, D=%d (seed %llu%s)\n", dim, (unsigned long long)opt.seed, quick ? ", --quick" : "");
   std::printf("pack: %d tokens, %zu documents (long-tailed, max %d), Hq=2 Hkv=1, causal; long: one %d-token document;"
               " very long: one %d-token document, O on %d rows ending at %d, %d, %d (forward only);"
-              " outliers: 1%% of the pack's tokens with q, k x100; loud: document %d x1e4\n",
+              " outliers: 1%% of the pack's tokens with q, k x100; loud: document %d x1e4;"
+              " V spread: the pack's V rows x exp(N(0, 1.5^2)); V outl.: 1%% of its V rows x1e4 (forward only)\n",
               int(pack.p.total_tokens), pack_lengths.size(), quick ? 256 : 512, long_len, very_long, per_centre,
               rs.centres[0] + 1, rs.centres[1] + 1, rs.centres[2] + 1, loud_doc);
   std::fflush(stdout);
   const ExactOutputs ex_pack = run_exact(pack, true), ex_long = run_exact(long_doc, true);
   const ExactOutputs ex_out = run_exact(outlier, true), ex_loud = run_exact(loud, false);
+  const ExactOutputs ex_vs = run_exact(v_spread, false), ex_vo = run_exact(v_outlier, false);
   ExactOutputs ex_very;
   {
     const std::vector<double> q = to_double(very.q), k = to_double(very.k), v = to_double(very.v);
@@ -228,7 +242,7 @@ void options_study(const Options& opt, int dim) {
   std::vector<std::string> second;
   // The default's O (the first variant), for the options' own effect: relative L2 of
   // O_option - O_default.
-  Bits def_pack, def_long, def_very, def_out;
+  Bits def_pack, def_long, def_very, def_out, def_vs, def_vo;
   auto diff = [](const Bits& a, const Bits& b) {
     if (b.empty()) return 0.0;
     return rel_l2(a, to_double(b));
@@ -262,7 +276,10 @@ void options_study(const Options& opt, int dim) {
     // Outliers, loud document, bitwise properties.
     const Outputs ro = run_emulation(outlier, fp8, true);
     const Errors eo = errors(ro, ex_out);
+    const Outputs rvs = run_emulation(v_spread, fp8, false), rvo = run_emulation(v_outlier, fp8, false);
     if (def_pack.empty()) {
+      def_vs = rvs.o;
+      def_vo = rvo.o;
       def_pack = base.o;
       def_long = lo.o;
       def_very = lr.o;
@@ -285,14 +302,15 @@ void options_study(const Options& opt, int dim) {
     else
       std::snprintf(dl, sizeof dl, "-");
     std::snprintf(buf, sizeof buf,
-                  "| %s | %.1e | %s | %.1e | %.1e | %.4f | %.4f | %.4f | %.4f | %.4f | %s | %s | %s | %.0f s |", v.name,
-                  diff(base.o, def_pack), dl, diff(lr.o, def_very), diff(ro.o, def_out), eo.o, eo.dq, eo.dk, eo.dv,
+                  "| %s | %.1e | %s | %.1e | %.1e | %.4f | %.4f | %.4f | %.4f | %.4f (%.1e) | %.4f (%.1e) | %.4f | %s | %s | %s | %.0f s |",
+                  v.name, diff(base.o, def_pack), dl, diff(lr.o, def_very), diff(ro.o, def_out), eo.o, eo.dq, eo.dk, eo.dv,
+                  rel_l2(rvs.o, ex_vs.o), diff(rvs.o, def_vs), rel_l2(rvo.o, ex_vo.o), diff(rvo.o, def_vo),
                   quiet, safe ? "yes" : "NO", isolated ? "yes" : "NO", finite ? "yes" : "NO", seconds_since(t0));
     second.push_back(buf);
   }
   std::printf("\n| variant | O vs default: pack | long | very long | outliers | outl. O | outl. dQ | outl. dK | outl. dV |"
-              " quiet O, 1e4 loud | causal safe | doc isolated | finite | time |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              " V spread O (vs default) | V outl. O (vs default) | quiet O, 1e4 loud | causal safe | doc isolated | finite |"
+              " time |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& line : second) std::printf("%s\n", line.c_str());
   std::printf("\n(recipe fp8 unless marked mixed; %.0f s)\n\n", seconds_since(start));
   std::fflush(stdout);
