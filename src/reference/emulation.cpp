@@ -8,6 +8,7 @@
 // in FP32 (E4M3*E4M3 and BF16*BF16 significands fit in 24 bits), so fused or unfused
 // multiply-adds give the same bits there. With EmulationConfig::arith = Wgmma, S and the
 // forward's P·V are summed as Hopper's wgmma sums them instead (tensor_core.h, ALGORITHM.md §6).
+// EmulationConfig::fwd selects the forward options of ALGORITHM.md §7 (P's scale, the fold).
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -5,7 +5,8 @@
 //  - P's scale from the keys' V scales never saturates E4M3, even where p exceeds 1 through
 //    the rounding of m * c (single-key rows at logits ~1e8 equal the default bit for bit);
 //  - option A with FP32 adds is the default fold up to the order of FP32 additions;
-//  - accuracy against float64 stays at the default's (bounds from docs/NUMERICS.md §7).
+//  - accuracy against float64 stays at the default's (bounds from docs/NUMERICS.md §7);
+//  - a NaN in V reaches exactly the rows that see it, as in the default.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -203,6 +204,23 @@ TEST(ForwardOptions, ChainedFoldSurvivesWideVScales) {
     const Outputs r = run_emulation(pk, cfg, false);
     EXPECT_TRUE(all_finite(r.o));
     EXPECT_LT(rel_l2(r.o, ex.o), 0.066);
+  }
+}
+
+// A NaN in V of token j reaches every row that sees j (through V's scale, which the key
+// rules take a maximum of, and the carried accumulator) and no other row; LSE never.
+TEST(ForwardOptions, NanInVReachesExactlyTheRowsThatSeeIt) {
+  const Pack pk = random_pack({150}, 1, 1, 64, true, 51);
+  const int j = 70;
+  Pack bad = pk;
+  bad.v[size_t(j) * 64 + 5] = to_bf16(std::nanf(""));
+  for (Named v : option_variants()) {
+    v.cfg.tiling.fwd_block_n = 32;
+    SCOPED_TRACE(v.name);
+    const Outputs a = run_emulation(pk, v.cfg, false), b = run_emulation(bad, v.cfg, false);
+    EXPECT_TRUE(same_rows(a.o, b.o, 0, j, 1, 64));
+    for (int t = j; t < 150; ++t) EXPECT_TRUE(row_all_nan(b.o, t, 0, 1, 64)) << "row " << t;
+    EXPECT_EQ(a.lse, b.lse);
   }
 }
 
