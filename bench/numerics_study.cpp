@@ -6,7 +6,11 @@
 // inputs, on outlier inputs, the quiet documents' O error next to one loud document, and
 // whether causal safety and document isolation hold bitwise.
 //
-// Usage: flamia_numerics [--quick] [--seed N]
+// With --options it instead compares the forward options of docs/ALGORITHM.md §7 (O
+// accumulated in the tensor core, P's scale without a row maximum) against the default
+// forward, on packs, long documents, outliers and a loud document, for D = 64 and 128.
+//
+// Usage: flamia_numerics [--quick] [--seed N] [--options [--dim D]]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +29,8 @@ namespace {
 
 struct Options {
   bool quick = false;
+  bool forward_options = false;
+  int dim = 0;  // --options: one head dimension only (0: 64 and 128)
   uint64_t seed = 2025;
 };
 
@@ -33,10 +39,14 @@ Options parse(int argc, char** argv) {
   for (int a = 1; a < argc; ++a) {
     if (!std::strcmp(argv[a], "--quick")) {
       o.quick = true;
+    } else if (!std::strcmp(argv[a], "--options")) {
+      o.forward_options = true;
+    } else if (!std::strcmp(argv[a], "--dim") && a + 1 < argc) {
+      o.dim = std::atoi(argv[++a]);
     } else if (!std::strcmp(argv[a], "--seed") && a + 1 < argc) {
       o.seed = std::strtoull(argv[++a], nullptr, 10);
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--seed N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--seed N] [--options [--dim D]]\n", argv[0]);
       std::exit(2);
     }
   }
@@ -90,10 +100,239 @@ void check_safety(const Pack& pk, const EmulationConfig& cfg, const Outputs& bas
     row.isolated = row.isolated && check_isolation(pk, cfg, base, iso, kind, ++seed).identical();
 }
 
+// ---------------------------------------------------------------------------------------
+// --options: the forward options of ALGORITHM.md §7 against the default forward.
+// ---------------------------------------------------------------------------------------
+struct Variant {
+  const char* name;
+  PvFold fold;
+  PScale p_scale;
+  int headroom;
+  Accumulation pv;
+  bool long_backward;  // also run on the long document's full backward (the costly workload)
+};
+
+const Variant kVariants[] = {
+    {"default: fresh fold, tile max", PvFold::Fresh, PScale::TileMax, 0, Accumulation::Wgmma, true},
+    {"B: fresh fold, tile keys", PvFold::Fresh, PScale::TileKeys, 0, Accumulation::Wgmma, true},
+    {"A: chained, running max", PvFold::Chained, PScale::RunningMax, 0, Accumulation::Wgmma, true},
+    {"A+B: chained, running keys", PvFold::Chained, PScale::RunningKeys, 0, Accumulation::Wgmma, true},
+    {"A+B, headroom 2^2", PvFold::Chained, PScale::RunningKeys, 2, Accumulation::Wgmma, false},
+    {"A with FP32 adds (diagnostic)", PvFold::Chained, PScale::RunningMax, 0, Accumulation::Fp32, false},
+};
+
+EmulationConfig variant_config(const Variant& v, flamia_recipe recipe) {
+  EmulationConfig cfg;
+  cfg.recipe = recipe;
+  cfg.fwd.fold = v.fold;
+  cfg.fwd.p_scale = v.p_scale;
+  cfg.fwd.p_headroom_log2 = v.headroom;
+  cfg.arith.pv = v.pv;
+  return cfg;
+}
+
+// O rows of a long document: relative L2 over the sampled rows near each position, and the
+// signed part of the error along the exact O (negative: O shrinks), over all sampled rows.
+struct RowSample {
+  std::vector<int> centres;  // positions (document-local) around which rows are sampled
+  int per_centre;
+  std::vector<char> rows;
+};
+
+RowSample sample_rows(const Pack& pk, std::vector<int> centres, int per_centre) {
+  RowSample s{std::move(centres), per_centre, std::vector<char>(size_t(pk.p.total_tokens), 0)};
+  for (int c : s.centres)
+    for (int r = 0; r < per_centre; ++r) s.rows[size_t(c - r)] = 1;  // rows c - per_centre + 1 .. c
+  return s;
+}
+
+struct LongRows {
+  std::vector<double> o_at;  // per centre
+  double lse = 0, bias = 0;
+  Bits o;                    // the sampled rows (others 0)
+};
+
+LongRows long_rows(const Pack& pk, const RowSample& rs, const EmulationConfig& cfg, const ExactOutputs& ex) {
+  const Problem& p = pk.p;
+  Bits o(size_t(p.total_tokens) * p.hq * p.head_dim, 0);
+  std::vector<float> lse(size_t(p.total_tokens) * p.hq, 0.0f);
+  emulate_forward_rows(p, cfg, pk.q.data(), pk.k.data(), pk.v.data(), rs.rows, o.data(), lse.data());
+  LongRows r;
+  const size_t row = size_t(p.hq) * p.head_dim;
+  double dot = 0, nn = 0, ln = 0, ld = 0;
+  for (int c : rs.centres) {
+    const size_t e0 = size_t(c - rs.per_centre + 1) * row, e1 = size_t(c + 1) * row;
+    r.o_at.push_back(rel_l2(o, ex.o, e0, e1));
+    for (size_t e = e0; e < e1; ++e) {
+      dot += (value_of(o[e]) - ex.o[e]) * ex.o[e];
+      nn += ex.o[e] * ex.o[e];
+    }
+    for (int h = 0; h < p.hq; ++h)
+      for (int t = c - rs.per_centre + 1; t <= c; ++t) {
+        const size_t e = size_t(h) * p.total_tokens + t;
+        ln += (double(lse[e]) - ex.lse[e]) * (double(lse[e]) - ex.lse[e]);
+        ld += ex.lse[e] * ex.lse[e];
+      }
+  }
+  r.bias = dot / nn;
+  r.lse = std::sqrt(ln / ld);
+  r.o = std::move(o);
+  return r;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void options_study(const Options& opt, int dim) {
+  const auto start = std::chrono::steady_clock::now();
+  const bool quick = opt.quick;
+  // Workloads: a long-tailed pack (full backward), one long document with a full backward,
+  // one very long document sampled at three depths (forward only), outliers, a loud document,
+  // and a small pack for the bitwise checks.
+  const std::vector<int> pack_lengths = long_tailed_lengths(quick ? 512 : 2048, opt.seed, 5.0, 1.0, 8, quick ? 256 : 512);
+  const Pack pack = random_pack(pack_lengths, 2, 1, dim, true, opt.seed + 1);
+  const int long_len = quick ? 1024 : 4096;
+  const Pack long_doc = random_pack({long_len}, 1, 1, dim, true, opt.seed + 3);
+  const int very_long = quick ? 4096 : 16384, per_centre = quick ? 8 : 48;
+  const Pack very = random_pack({very_long}, 1, 1, dim, true, opt.seed + 4);
+  const RowSample rs = sample_rows(very, {very_long / 8 - 1, very_long / 2 - 1, very_long - 1}, per_centre);
+  Pack outlier = pack;
+  inject_outliers(outlier, 0.01, 100.0f, opt.seed + 2);
+  const int loud_doc = longest_doc(pack);
+  Pack loud = pack;
+  make_loud(loud, loud_doc, 1e4f);
+  const Pack small = random_pack({1, 63, 129, 200, 65, 31, 130}, 2, 1, dim, true, opt.seed + 5);
+  // V with a wide spread of per-token scales (where P's scale, which folds V's in, matters):
+  // every V row times exp(N(0, 1.5^2)); and 1% of V rows times 1e4.
+  Pack v_spread = pack, v_outlier = pack;
+  {
+    std::mt19937_64 rng(opt.seed + 6);
+    std::normal_distribution<double> n01(0.0, 1.0);
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    for (int64_t t = 0; t < pack.p.total_tokens; ++t) {
+      scale_rows(v_spread.v, t, t + 1, 1, dim, float(std::exp(1.5 * n01(rng))));
+      if (u01(rng) < 0.01) scale_rows(v_outlier.v, t, t + 1, 1, dim, 1e4f);
+    }
+  }
+
+  std::printf("## forward options, D=%d (seed %llu%s)\n", dim, (unsigned long long)opt.seed, quick ? ", --quick" : "");
+  std::printf("pack: %d tokens, %zu documents (long-tailed, max %d), Hq=2 Hkv=1, causal; long: one %d-token document;"
+              " very long: one %d-token document, O on %d rows ending at %d, %d, %d (forward only);"
+              " outliers: 1%% of the pack's tokens with q, k x100; loud: document %d x1e4;"
+              " V spread: the pack's V rows x exp(N(0, 1.5^2)); V outl.: 1%% of its V rows x1e4 (forward only)\n",
+              int(pack.p.total_tokens), pack_lengths.size(), quick ? 256 : 512, long_len, very_long, per_centre,
+              rs.centres[0] + 1, rs.centres[1] + 1, rs.centres[2] + 1, loud_doc);
+  std::fflush(stdout);
+  const ExactOutputs ex_pack = run_exact(pack, true), ex_long = run_exact(long_doc, true);
+  const ExactOutputs ex_out = run_exact(outlier, true), ex_loud = run_exact(loud, false);
+  const ExactOutputs ex_vs = run_exact(v_spread, false), ex_vo = run_exact(v_outlier, false);
+  ExactOutputs ex_very;
+  {
+    const std::vector<double> q = to_double(very.q), k = to_double(very.k), v = to_double(very.v);
+    ex_very.o.assign(size_t(very.p.total_tokens) * dim, 0.0);
+    ex_very.lse.assign(size_t(very.p.total_tokens), 0.0);
+    exact_forward_rows(very.p, q.data(), k.data(), v.data(), rs.rows, ex_very.o.data(), ex_very.lse.data());
+  }
+  std::printf("(float64 references: %.0f s)\n\n", seconds_since(start));
+
+  std::printf("| variant | O | LSE | dQ | dK | dV | dQ mixed | dK mixed | long O | long dQ | long dK | long dV |"
+              " O@%d | O@%d | O@%d | O bias@all | LSE very long |\n", rs.centres[0] + 1, rs.centres[1] + 1, rs.centres[2] + 1);
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<std::string> second;
+  // The default's O (the first variant), for the options' own effect: relative L2 of
+  // O_option - O_default.
+  Bits def_pack, def_long, def_very, def_out, def_vs, def_vo;
+  auto diff = [](const Bits& a, const Bits& b) {
+    if (b.empty()) return 0.0;
+    return rel_l2(a, to_double(b));
+  };
+  for (const Variant& v : kVariants) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const EmulationConfig fp8 = variant_config(v, FLAMIA_RECIPE_FP8);
+    const EmulationConfig mixed = variant_config(v, FLAMIA_RECIPE_FP8_MIXED);
+    const Outputs base = run_emulation(pack, fp8, true);
+    const Errors e = errors(base, ex_pack);
+    Outputs m = base;  // same forward; the recipe changes the backward only
+    m.dq.assign(m.dq.size(), 0);
+    emulate_backward(pack.p, mixed, pack.q.data(), pack.k.data(), pack.v.data(), pack.dout.data(), m.o.data(),
+                     m.lse.data(), m.dq.data(), m.dk.data(), m.dv.data());
+    const Errors em = errors(m, ex_pack);
+    Errors el;
+    Outputs lo;
+    if (v.long_backward) {
+      lo = run_emulation(long_doc, fp8, true);
+      el = errors(lo, ex_long);
+    }
+    const LongRows lr = long_rows(very, rs, fp8, ex_very);
+    std::printf("| %s | %.4f | %.1e | %.4f | %.4f | %.4f | %.4f | %.4f |", v.name, e.o, e.lse, e.dq, e.dk, e.dv, em.dq,
+                em.dk);
+    if (v.long_backward)
+      std::printf(" %.4f | %.4f | %.4f | %.4f |", el.o, el.dq, el.dk, el.dv);
+    else
+      std::printf(" - | - | - | - |");
+    std::printf(" %.4f | %.4f | %.4f | %+.4f | %.1e |\n", lr.o_at[0], lr.o_at[1], lr.o_at[2], lr.bias, lr.lse);
+    std::fflush(stdout);
+    // Outliers, loud document, bitwise properties.
+    const Outputs ro = run_emulation(outlier, fp8, true);
+    const Errors eo = errors(ro, ex_out);
+    const Outputs rvs = run_emulation(v_spread, fp8, false), rvo = run_emulation(v_outlier, fp8, false);
+    if (def_pack.empty()) {
+      def_vs = rvs.o;
+      def_vo = rvo.o;
+      def_pack = base.o;
+      def_long = lo.o;
+      def_very = lr.o;
+      def_out = ro.o;
+    }
+    const double quiet = rel_l2_outside_doc(run_emulation(loud, fp8, false).o, ex_loud.o, loud, 2, loud_doc);
+    bool safe = true, isolated = true, finite = all_finite(base.o) && all_finite(base.dq);
+    const Outputs sb = run_emulation(small, fp8, true);
+    uint64_t seed = 7;
+    for (Perturbation kind : {Perturbation::Random, Perturbation::Huge, Perturbation::Rescale}) {
+      for (int doc : {2, 3, 6}) {
+        const int L = int(small.doc_end(doc) - small.doc_begin(doc));
+        for (int t : {L / 3, L / 2, L - 2}) safe = safe && check_causal(small, fp8, sb, doc, t, kind, ++seed).identical();
+      }
+      isolated = isolated && check_isolation(small, fp8, sb, 3, kind, ++seed).identical();
+    }
+    // The option's effect on the very long document, per depth.
+    std::string dv_at;
+    for (int c : rs.centres) {
+      const size_t row = size_t(dim), e0 = size_t(c - rs.per_centre + 1) * row, e1 = size_t(c + 1) * row;
+      char b[32];
+      std::snprintf(b, sizeof b, "%s%.1e", dv_at.empty() ? "" : " / ", def_very.empty() ? 0.0 : rel_l2(lr.o, to_double(def_very), e0, e1));
+      dv_at += b;
+    }
+    char buf[640], dl[32];
+    if (v.long_backward)
+      std::snprintf(dl, sizeof dl, "%.1e", diff(lo.o, def_long));
+    else
+      std::snprintf(dl, sizeof dl, "-");
+    std::snprintf(buf, sizeof buf,
+                  "| %s | %.1e | %s | %s | %.1e | %.4f | %.4f | %.4f | %.4f | %.4f (%.1e) | %.4f (%.1e) | %.4f | %s | %s | %s | %.0f s |",
+                  v.name, diff(base.o, def_pack), dl, dv_at.c_str(), diff(ro.o, def_out), eo.o, eo.dq, eo.dk, eo.dv,
+                  rel_l2(rvs.o, ex_vs.o), diff(rvs.o, def_vs), rel_l2(rvo.o, ex_vo.o), diff(rvo.o, def_vo),
+                  quiet, safe ? "yes" : "NO", isolated ? "yes" : "NO", finite ? "yes" : "NO", seconds_since(t0));
+    second.push_back(buf);
+  }
+  std::printf("\n| variant | O vs default: pack | long | very long, at the 3 depths | outliers | outl. O | outl. dQ | outl. dK | outl. dV |"
+              " V spread O (vs default) | V outl. O (vs default) | quiet O, 1e4 loud | causal safe | doc isolated | finite |"
+              " time |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& line : second) std::printf("%s\n", line.c_str());
+  std::printf("\n(recipe fp8 unless marked mixed; %.0f s)\n\n", seconds_since(start));
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
+  if (opt.forward_options) {
+    for (int dim : {64, 128})
+      if (opt.dim == 0 || opt.dim == dim) options_study(opt, dim);
+    return 0;
+  }
   const auto start = std::chrono::steady_clock::now();
   const int total = opt.quick ? 512 : 2048;
   const int hq = 4, hkv = 2, dim = opt.quick ? 64 : 128;

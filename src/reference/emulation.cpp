@@ -8,9 +8,12 @@
 // in FP32 (E4M3*E4M3 and BF16*BF16 significands fit in 24 bits), so fused or unfused
 // multiply-adds give the same bits there. With EmulationConfig::arith = Wgmma, S and the
 // forward's P·V are summed as Hopper's wgmma sums them instead (tensor_core.h, ALGORITHM.md §6).
+// EmulationConfig::fwd selects the forward options of ALGORITHM.md §7 (P's scale, the fold).
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "flamia/formats.h"
@@ -28,6 +31,17 @@ const char* scheme_name(Scheme s) {
     case Scheme::Bf16: return "bf16";
   }
   return "unknown";
+}
+
+void validate(const EmulationConfig& cfg) {
+  const ForwardOptions& o = cfg.fwd;
+  if (o.p_headroom_log2 < 0 || o.p_headroom_log2 > 8)
+    throw std::invalid_argument("EmulationConfig::fwd.p_headroom_log2: must be in [0, 8], got " +
+                                std::to_string(o.p_headroom_log2));
+  if (o.fold == PvFold::Chained && !(o.p_scale == PScale::RunningMax || o.p_scale == PScale::RunningKeys))
+    throw std::invalid_argument(
+        "EmulationConfig::fwd.p_scale: PvFold::Chained needs PScale::RunningMax or PScale::RunningKeys "
+        "(a tile-local sigma can shrink without bound between tiles and overflow the carried accumulator)");
 }
 
 namespace {
@@ -207,16 +221,42 @@ struct ForwardContext {
   float c;  // softmax_scale * log2(e)
 };
 
-// One query row i of document [base, base + L), head h: docs/ALGORITHM.md §2.
+bool running_p_scale(PScale r) { return r == PScale::RunningMax || r == PScale::RunningKeys; }
+
+// P's per-row scale sigma for one key tile (ALGORITHM.md §2 step 5, §7). x: the tile's
+// p_j * sv[j] over its visible keys (>= 0 or NaN, so the float maximum orders like |x|);
+// sv: their V scales; alpha, pm: the tile's rescale factor and largest possible p;
+// bound: X or Y of the running rules, updated (0 before the first tile, where alpha = 0).
+float p_scale(const ForwardOptions& o, const float* x, const float* sv, int w, float alpha, float pm,
+              float* bound) {
+  float a = 0.0f;
+  if (o.p_scale == PScale::TileMax || o.p_scale == PScale::RunningMax) {
+    for (int j = 0; j < w; ++j) a = max_nan(a, x[j]);
+  } else {
+    float y = 0.0f;
+    for (int j = 0; j < w; ++j) y = max_nan(y, sv[j]);
+    a = pm * y;
+  }
+  if (running_p_scale(o.p_scale)) {
+    a = max_nan(alpha * *bound, a);
+    *bound = a;
+  }
+  return std::ldexp(fmt::pow2_scale(a), o.p_headroom_log2);  // exact: a power of two
+}
+
+// One query row i of document [base, base + L), head h: docs/ALGORITHM.md §2 (and §7).
 void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, int i,
-                 const std::vector<float>& kt, float* s_buf, float* p_buf, float* acc,
+                 const std::vector<float>& kt, float* s_buf, float* p_buf, float* sv_buf, float* acc,
                  float* tile, uint16_t* out_row, float* lse_out) {
   const int D = cx.p->head_dim, BN = cx.cfg->tiling.fwd_block_n;
+  const ForwardOptions& opt = cx.cfg->fwd;
   const bool fp8 = cx.cfg->scheme != Scheme::Bf16;
+  const tc::StepRule& rule = wgmma_rule(cx.cfg->scheme);
   const float c = cx.c;
   const float* qi = cx.q->row(base + i, h);
   const float sq = cx.q->s(base + i, h);
   float m = -kInf, l = 0.0f, mc = 0.0f;
+  float sigma = 1.0f, bound = 0.0f;  // the previous tile's sigma; the running P-scale bound
   for (int d = 0; d < D; ++d) acc[d] = 0.0f;
   const int jend = key_end(i, L, cx.p->causal);
   for (int n0 = 0; n0 < jend; n0 += BN) {
@@ -237,28 +277,66 @@ void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     for (int j = 0; j < w; ++j) rowsum += p_buf[j];
     l = l * alpha + rowsum;
     // 5. fold V's scale into P, round P for the PV matmul.
-    for (int j = 0; j < w; ++j) p_buf[j] *= cx.v->s(base + n0 + j, kvh);
-    const float sigma = round_tile_operand(p_buf, w, fp8);
-    // 6. tile product in a fresh FP32 accumulator, then scaled and added. Wgmma: per output
-    // element, the chain of steps over the tile's keys in ascending order (the kernel's P
-    // operand holds keys 32 s .. 32 s + 31 in step s; masked keys are zero products, and
-    // trailing all-zero steps leave a step's result unchanged).
-    if (cx.cfg->arith.pv == Accumulation::Fp32) {
-      for (int d = 0; d < D; ++d) tile[d] = 0.0f;
-      for (int j = 0; j < w; ++j) {
-        const float pj = p_buf[j];
-        const float* vj = cx.v->row(base + n0 + j, kvh);
-        for (int d = 0; d < D; ++d) tile[d] += pj * vj[d];
-      }
-    } else {
-      const float* v0 = cx.v->row(base + n0, kvh);
-      for (int d = 0; d < D; ++d)
-        tile[d] = tc::mma_dot(wgmma_rule(cx.cfg->scheme), p_buf, v0 + d, w, cx.v->heads * D);
+    for (int j = 0; j < w; ++j) {
+      sv_buf[j] = cx.v->s(base + n0 + j, kvh);
+      p_buf[j] *= sv_buf[j];
     }
-    for (int d = 0; d < D; ++d) acc[d] = acc[d] * alpha + sigma * tile[d];
+    float sigma_t = 1.0f;
+    if (fp8) {
+      const float pm = std::exp2(std::fmaf(m_new, c, -mc));  // >= every p_j of the tile
+      sigma_t = p_scale(opt, p_buf, sv_buf, w, alpha, pm, &bound);
+      for (int j = 0; j < w; ++j) p_buf[j] = fmt::e4m3_to_f32(fmt::quantize_e4m3(p_buf[j], sigma_t));
+    } else {
+      for (int j = 0; j < w; ++j) p_buf[j] = fmt::round_bf16(p_buf[j]);
+    }
+    // 6. the tile's products. Wgmma: per output element, the chain of steps over the tile's
+    // keys in ascending order (the kernel's P operand holds keys 32 s .. 32 s + 31 in step s;
+    // masked keys are zero products, and trailing all-zero steps leave a step's result
+    // unchanged).
+    const float* v0 = cx.v->row(base + n0, kvh);
+    const int v_stride = cx.v->heads * D;
+    const bool first = n0 == 0;
+    if (opt.fold == PvFold::Fresh) {
+      // In a fresh accumulator, then scaled and added in FP32.
+      if (cx.cfg->arith.pv == Accumulation::Fp32) {
+        for (int d = 0; d < D; ++d) tile[d] = 0.0f;
+        for (int j = 0; j < w; ++j) {
+          const float pj = p_buf[j];
+          const float* vj = v0 + size_t(j) * v_stride;
+          for (int d = 0; d < D; ++d) tile[d] += pj * vj[d];
+        }
+      } else {
+        for (int d = 0; d < D; ++d) tile[d] = tc::mma_dot(rule, p_buf, v0 + d, w, v_stride);
+      }
+      for (int d = 0; d < D; ++d) acc[d] = acc[d] * alpha + sigma_t * tile[d];
+    } else {
+      // Option A: acc holds O's numerator in units of sigma; it moves to this tile's units
+      // (alpha * sigma / sigma_t is exact when alpha * sigma is normal) and the products are
+      // added onto it. The first tile starts from nothing (scale-d 0; alpha = 0 there).
+      if (!first) {
+        const float factor = (alpha * sigma) / sigma_t;
+        for (int d = 0; d < D; ++d) acc[d] = acc[d] * factor;
+      }
+      if (cx.cfg->arith.pv == Accumulation::Fp32) {
+        for (int j = 0; j < w; ++j) {
+          const float pj = p_buf[j];
+          const float* vj = v0 + size_t(j) * v_stride;
+          for (int d = 0; d < D; ++d) acc[d] += pj * vj[d];
+        }
+      } else {
+        for (int d = 0; d < D; ++d)
+          acc[d] = first ? tc::mma_dot(rule, p_buf, v0 + d, w, v_stride)
+                         : tc::mma_dot_onto(rule, acc[d], p_buf, v0 + d, w, v_stride);
+      }
+    }
+    sigma = sigma_t;
     m = m_new;
   }
-  for (int d = 0; d < D; ++d) out_row[d] = fmt::f32_to_bf16_bits(acc[d] / l);
+  for (int d = 0; d < D; ++d) {
+    // Option A: acc * sigma is exact (a power of two), so this equals acc / (l / sigma).
+    const float o = opt.fold == PvFold::Fresh ? acc[d] / l : (acc[d] * sigma) / l;
+    out_row[d] = fmt::f32_to_bf16_bits(o);
+  }
   *lse_out = (mc + std::log2(l)) * kLn2;
 }
 
@@ -266,16 +344,20 @@ float softmax_c(const Problem& p) { return p.softmax_scale * kLog2e; }
 
 }  // namespace
 
-void emulate_forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
-                     const uint16_t* k, const uint16_t* v, uint16_t* out, float* lse) {
+namespace {
+
+// rows: null for every token, else the packed tokens to compute.
+void forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, const uint16_t* k,
+             const uint16_t* v, const std::vector<char>* rows, uint16_t* out, float* lse) {
   const int64_t T = p.total_tokens;
   const int Hq = p.hq, Hkv = p.hkv, D = p.head_dim, group = Hq / Hkv;
   const Operand q8 = quantize_input(q, T, Hq, D, cfg.scheme);
   const Operand k8 = quantize_input(k, T, Hkv, D, cfg.scheme);
   const Operand v8 = quantize_input(v, T, Hkv, D, cfg.scheme);
   const ForwardContext cx{&p, &cfg, &q8, &k8, &v8, softmax_c(p)};
+  validate(cfg);
   const int BN = cfg.tiling.fwd_block_n;
-  std::vector<float> s_buf(BN), p_buf(BN), acc(D), tile(D);
+  std::vector<float> s_buf(BN), p_buf(BN), sv_buf(BN), acc(D), tile(D);
   for (int b = 0; b < p.num_docs(); ++b) {
     const int64_t base = p.cu_seqlens[b];
     const int L = int(p.cu_seqlens[b + 1] - base);
@@ -284,11 +366,26 @@ void emulate_forward(const Problem& p, const EmulationConfig& cfg, const uint16_
       const std::vector<float> kt = transpose_rows(k8, base, L, kvh);
       for (int h = kvh * group; h < (kvh + 1) * group; ++h)
         for (int i = 0; i < L; ++i)
-          forward_row(cx, base, L, h, kvh, i, kt, s_buf.data(), p_buf.data(), acc.data(),
-                      tile.data(), out + (size_t(base + i) * Hq + h) * D,
-                      lse + size_t(h) * T + base + i);
+          if (!rows || (*rows)[size_t(base + i)])
+            forward_row(cx, base, L, h, kvh, i, kt, s_buf.data(), p_buf.data(), sv_buf.data(), acc.data(),
+                        tile.data(), out + (size_t(base + i) * Hq + h) * D, lse + size_t(h) * T + base + i);
     }
   }
+}
+
+}  // namespace
+
+void emulate_forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                     const uint16_t* k, const uint16_t* v, uint16_t* out, float* lse) {
+  forward(p, cfg, q, k, v, nullptr, out, lse);
+}
+
+void emulate_forward_rows(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                          const uint16_t* k, const uint16_t* v, const std::vector<char>& rows,
+                          uint16_t* out, float* lse) {
+  if (rows.size() != size_t(p.total_tokens))
+    throw std::invalid_argument("emulate_forward_rows: rows must have one entry per packed token");
+  forward(p, cfg, q, k, v, &rows, out, lse);
 }
 
 namespace {

@@ -49,12 +49,12 @@ double softmax_row(const Problem& p, const Layout& lay, const double* q, const d
 
 }  // namespace
 
-void exact_forward(const Problem& p, const double* q, const double* k, const double* v,
-                   double* out, double* lse) {
+namespace {
+
+void forward(const Problem& p, const double* q, const double* k, const double* v,
+             const std::vector<char>* rows, double* out, double* lse) {
   const Layout lay{p.total_tokens, p.hq, p.hkv, p.head_dim};
   const int D = p.head_dim, group = p.hq / p.hkv;
-  std::fill(out, out + size_t(p.total_tokens) * p.hq * D, 0.0);
-  std::fill(lse, lse + size_t(p.total_tokens) * p.hq, 0.0);
   for (int b = 0; b < p.num_docs(); ++b) {
     const int64_t base = p.cu_seqlens[b];
     const int L = int(p.cu_seqlens[b + 1] - base);
@@ -62,6 +62,8 @@ void exact_forward(const Problem& p, const double* q, const double* k, const dou
     for (int h = 0; h < p.hq; ++h) {
       const int kvh = h / group;
       for (int i = 0; i < L; ++i) {
+        if (rows && !(*rows)[size_t(base + i)]) continue;
+        std::fill(out + lay.q(base + i, h), out + lay.q(base + i, h) + D, 0.0);
         lse[size_t(h) * p.total_tokens + base + i] =
             softmax_row(p, lay, q, k, base, L, i, h, kvh, prob);
         double* o = out + lay.q(base + i, h);
@@ -72,6 +74,20 @@ void exact_forward(const Problem& p, const double* q, const double* k, const dou
       }
     }
   }
+}
+
+}  // namespace
+
+void exact_forward(const Problem& p, const double* q, const double* k, const double* v,
+                   double* out, double* lse) {
+  std::fill(out, out + size_t(p.total_tokens) * p.hq * p.head_dim, 0.0);
+  std::fill(lse, lse + size_t(p.total_tokens) * p.hq, 0.0);
+  forward(p, q, k, v, nullptr, out, lse);
+}
+
+void exact_forward_rows(const Problem& p, const double* q, const double* k, const double* v,
+                        const std::vector<char>& rows, double* out, double* lse) {
+  forward(p, q, k, v, &rows, out, lse);
 }
 
 // Gradients of sum(out * dout): with P the softmax, dV = P^T dO, dP = dO V^T,

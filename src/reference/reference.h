@@ -26,6 +26,9 @@ struct Problem {
 // Exact attention in float64. Masked-out rows (none for valid inputs) produce zeros.
 void exact_forward(const Problem& p, const double* q, const double* k, const double* v,
                    double* out, double* lse);
+// exact_forward for the packed tokens with rows[t] != 0 only (the others are left untouched).
+void exact_forward_rows(const Problem& p, const double* q, const double* k, const double* v,
+                        const std::vector<char>& rows, double* out, double* lse);
 void exact_backward(const Problem& p, const double* q, const double* k, const double* v,
                     const double* dout, double* dq, double* dk, double* dv);
 
@@ -61,16 +64,52 @@ struct Arithmetic {
   Accumulation pv = Accumulation::Wgmma;  // the forward's P·V tile product over the tile's keys
 };
 
+// Options for a faster forward (docs/ALGORITHM.md §7); the defaults are §2 as written.
+//
+// How each key tile's P·V product reaches O's accumulator (§2 step 6).
+enum class PvFold {
+  Fresh,    // the tile product in a fresh accumulator, then acc = acc * alpha + sigma * tile in FP32
+  Chained   // option A: acc in units of the tile's sigma, rescaled by alpha * (sigma_prev / sigma),
+            // then the tile's products summed onto it (wgmma: steps with scale-d 1)
+};
+
+// How P's per-row scale sigma is chosen for a key tile (§2 step 5). x_j = p_j * sv[j];
+// pm = exp2(fmaf(m_new, c, -mc)) is the largest p_j the tile can have (p_j <= pm since
+// S_j <= m_new; pm is 1 up to the rounding of m_new * c).
+enum class PScale {
+  TileMax,      // pow2_scale(max_j x_j) over the tile's visible keys (§2 as written)
+  RunningMax,   // pow2_scale(X), X = max(alpha * X_prev, max_j x_j): bounds every key seen so far
+  TileKeys,     // option B: pow2_scale(pm * max_j sv[j]) over the tile's visible keys: no max over scores
+  RunningKeys   // option B: pow2_scale(Y), Y = max(alpha * Y_prev, pm * max_j sv[j])
+};
+
+struct ForwardOptions {
+  PvFold fold = PvFold::Fresh;
+  PScale p_scale = PScale::TileMax;
+  int p_headroom_log2 = 0;  // sigma times 2^k, k in [0, 8]: P8 stays below 448 / 2^k
+};
+
 struct EmulationConfig {
   flamia_recipe recipe = FLAMIA_RECIPE_FP8;
   Scheme scheme = Scheme::PerToken;
   Tiling tiling;
   Arithmetic arith;
+  ForwardOptions fwd;
 };
+
+// Throws std::invalid_argument naming the field when cfg.fwd is not a valid combination
+// (PvFold::Chained needs a running P scale, see ALGORITHM.md §7). The emulate_* functions call it.
+void validate(const EmulationConfig& cfg);
 
 // The specification. Inputs and outputs are BF16 bit patterns (uint16_t), lse FP32.
 void emulate_forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
                      const uint16_t* k, const uint16_t* v, uint16_t* out, float* lse);
+// The forward for the packed tokens with rows[t] != 0 only (O and LSE of the others are
+// left untouched): each row is the same function as in emulate_forward. For studies of
+// long documents, where computing every row would take too long.
+void emulate_forward_rows(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                          const uint16_t* k, const uint16_t* v, const std::vector<char>& rows,
+                          uint16_t* out, float* lse);
 void emulate_backward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
                       const uint16_t* k, const uint16_t* v, const uint16_t* dout,
                       const uint16_t* out, const float* lse, uint16_t* dq, uint16_t* dk,

@@ -82,18 +82,31 @@ float mma_step(const StepRule& rule, float c, bool has_c, const float* a, const 
   return to_accumulator(std::ldexp(units, q), rule.sum_frac_bits);
 }
 
-float mma_dot(const StepRule& rule, const float* a, const float* b, int n, int stride_b) {
+namespace {
+
+// Steps over [0, n) in ascending k; has_c: whether the first step adds the incoming c.
+float chain(const StepRule& rule, float c, bool has_c, const float* a, const float* b, int n, int stride_b) {
   float pa[64], pb[64];
-  float acc = 0.0f;
+  float acc = c;
   for (int k0 = 0; k0 < n; k0 += rule.k) {
     for (int i = 0; i < rule.k; ++i) {
       const bool in = k0 + i < n;
       pa[i] = in ? a[k0 + i] : 0.0f;
       pb[i] = in ? b[size_t(k0 + i) * stride_b] : 0.0f;
     }
-    acc = mma_step(rule, acc, k0 > 0, pa, pb);
+    acc = mma_step(rule, acc, has_c || k0 > 0, pa, pb);
   }
   return acc;
+}
+
+}  // namespace
+
+float mma_dot(const StepRule& rule, const float* a, const float* b, int n, int stride_b) {
+  return chain(rule, 0.0f, false, a, b, n, stride_b);
+}
+
+float mma_dot_onto(const StepRule& rule, float c, const float* a, const float* b, int n, int stride_b) {
+  return chain(rule, c, true, a, b, n, stride_b);
 }
 
 }  // namespace tc

@@ -43,6 +43,10 @@ float mma_step(const StepRule& rule, float c, bool has_c, const float* a, const 
 // a and b are contiguous (stride_b lets b be a column of a row-major matrix).
 float mma_dot(const StepRule& rule, const float* a, const float* b, int n, int stride_b = 1);
 
+// The same chain of steps added onto an incoming accumulator c (scale-d = 1 on every step,
+// the first included), as when a kernel keeps one accumulator across several such chains.
+float mma_dot_onto(const StepRule& rule, float c, const float* a, const float* b, int n, int stride_b = 1);
+
 }  // namespace tc
 }  // namespace ref
 }  // namespace flamia
