@@ -1,4 +1,5 @@
-"""Helpers of the GPU tests (imported after require_gpu())."""
+"""Helpers of the Python tests. require_gpu() first in GPU modules; the batch builders need
+only torch (and transformers for collated_batch)."""
 
 import os
 from typing import List, Sequence, Tuple
@@ -71,3 +72,24 @@ def assert_same_or_within_spread(a, b, runs: List, name: str):
     spread = max(float((runs[0].float() - r.float()).abs().max()) for r in runs[1:])
     diff = float((a.float() - b.float()).abs().max())
     assert diff <= 4 * spread + 1e-6, f"{name}: max diff {diff} beyond 4x run-to-run spread {spread}"
+
+
+def padded_batch(docs, S: int, side: str, device="cpu"):
+    """Token rows padded to S on the right or the left, and their 0/1 attention mask."""
+    import torch
+
+    ids = torch.zeros((len(docs), S), dtype=torch.long, device=device)
+    mask = torch.zeros_like(ids)
+    for b, d in enumerate(docs):
+        cols = slice(0, len(d)) if side == "right" else slice(S - len(d), S)
+        ids[b, cols], mask[b, cols] = d, 1
+    return ids, mask
+
+
+def collated_batch(transformers, docs, device="cpu"):
+    """One packed row as DataCollatorWithFlattening(return_flash_attn_kwargs=True) makes it."""
+    import torch
+
+    collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)
+    batch = collate([{"input_ids": d.tolist()} for d in docs])
+    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}

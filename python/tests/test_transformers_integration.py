@@ -20,6 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 import flamia  # noqa: E402
 from flamia import ops  # noqa: E402
 from flamia.integrations import transformers as flamia_hf  # noqa: E402
+from flamia_testutil import collated_batch, padded_batch  # noqa: E402
 
 
 # ---- a CPU stand-in for flamia.attention ----------------------------------------------------
@@ -359,8 +360,7 @@ def test_model_packed_matches_sdpa_per_document(hf, reference, family):
 def test_model_collator_kwargs_equal_position_ids(hf, reference, family):
     _, ours = model_pair(hf, family)
     docs = documents([20, 45, 9], seed=1)
-    collate = hf.DataCollatorWithFlattening(return_flash_attn_kwargs=True)
-    batch = collate([{"input_ids": d.tolist()} for d in docs])
+    batch = collated_batch(hf, docs)
     assert {"cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "position_ids"} <= set(batch)
     with torch.no_grad():
         a = ours(**batch, use_cache=False).logits
@@ -376,11 +376,7 @@ def test_model_padded_matches_sdpa(hf, reference, family, side):
     ref, ours = model_pair(hf, family)
     docs = documents([50, 23, 64], seed=2)
     S = 64
-    ids = torch.zeros((3, S), dtype=torch.long)
-    mask = torch.zeros((3, S), dtype=torch.long)
-    for b, d in enumerate(docs):
-        cols = slice(0, len(d)) if side == "right" else slice(S - len(d), S)
-        ids[b, cols], mask[b, cols] = d, 1
+    ids, mask = padded_batch(docs, S, side)
     with torch.no_grad():
         got = ours(input_ids=ids, attention_mask=mask, use_cache=False).logits
         want = ref(input_ids=ids, attention_mask=mask, use_cache=False).logits

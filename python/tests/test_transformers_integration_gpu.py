@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from flamia_testutil import require_gpu
+from flamia_testutil import collated_batch, padded_batch, require_gpu
 
 torch = require_gpu()
 transformers = pytest.importorskip("transformers")
@@ -82,9 +82,7 @@ def test_packed_logits_match_sdpa_per_document(family, impl):
 def test_collator_kwargs_path_equals_position_ids_path(family):
     _, ours = model_pair(family)
     docs = documents(LENGTHS, seed=1)
-    collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)
-    batch = collate([{"input_ids": d.tolist()} for d in docs])
-    batch = {k: v.cuda() if torch.is_tensor(v) else v for k, v in batch.items()}
+    batch = collated_batch(transformers, docs, device="cuda")
     with torch.no_grad():
         a = ours(**batch, use_cache=False).logits
         b = ours(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
@@ -97,11 +95,7 @@ def test_padded_logits_match_sdpa(family, side):
     ref, ours = model_pair(family)
     docs = documents(LENGTHS, seed=2)
     S = max(LENGTHS)
-    ids = torch.zeros((len(docs), S), dtype=torch.long, device="cuda")
-    mask = torch.zeros_like(ids)
-    for b, d in enumerate(docs):
-        cols = slice(0, len(d)) if side == "right" else slice(S - len(d), S)
-        ids[b, cols], mask[b, cols] = d, 1
+    ids, mask = padded_batch(docs, S, side, device="cuda")
     with torch.no_grad():
         got = ours(input_ids=ids, attention_mask=mask, use_cache=False).logits
         want = ref(input_ids=ids, attention_mask=mask, use_cache=False).logits
@@ -168,9 +162,7 @@ def test_compile_no_graph_break_inside_attention(family):
 
     _, ours = model_pair(family)
     docs = documents(LENGTHS, seed=5)
-    collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)
-    batch = collate([{"input_ids": d.tolist()} for d in docs])
-    batch = {k: v.cuda() if torch.is_tensor(v) else v for k, v in batch.items()}
+    batch = collated_batch(transformers, docs, device="cuda")
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(ours)(**batch, use_cache=False)
     for f in (flamia_hf.__file__, flamia.ops.__file__):
