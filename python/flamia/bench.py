@@ -545,6 +545,15 @@ class CudnnFrontendImpl(Impl):
         except Exception:
             pass
 
+    # The subclasses build self.fg / self.bg (graphs) and self.fpack / self.bpack (variant packs).
+    def fwd(self):
+        self.fg.execute(self.fpack, self.ws, handle=self.handle)
+        return True
+
+    def bwd(self, state):
+        self.bg.execute(self.bpack, self.ws, handle=self.handle)
+        return True
+
 
 def thd_ragged_offsets(cu_seqlens: Sequence[int], heads: Sequence[int], head_dim: int) -> Dict[int, List[int]]:
     """cuDNN ragged offsets of a packed [T, H, D] tensor, per head count H: the element index
@@ -615,14 +624,6 @@ class CudnnThdImpl(CudnnFrontendImpl):
         self._output(g, dv, self.Hkv, bf16, pack, self.dv)
         self._finish(g, "BF16 backward")
         self.bg, self.bpack = g, pack
-
-    def fwd(self):
-        self.fg.execute(self.fpack, self.ws, handle=self.handle)
-        return True
-
-    def bwd(self, state):
-        self.bg.execute(self.bpack, self.ws, handle=self.handle)
-        return True
 
     def result(self, state, grads):
         return self.o, self.dq, self.dk, self.dv
@@ -779,14 +780,6 @@ class CudnnFp8Impl(CudnnFrontendImpl):
         torch.cuda.synchronize()
         self.notes.append("fwd/bwd/step time the cuDNN graphs; quant_ms (q/k/v, unfused torch ops) "
                           "is not included in them; the backward also needs dO quantized (not timed)")
-
-    def fwd(self):
-        self.fg.execute(self.fpack, self.ws, handle=self.handle)
-        return True
-
-    def bwd(self, state):
-        self.bg.execute(self.bpack, self.ws, handle=self.handle)
-        return True
 
     def result(self, state, grads):
         def deq(x8, scale):
