@@ -411,7 +411,12 @@ PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const O
     const int jend = key_end(i, L, p.causal);
     const int64_t ti = base + i;
     raw_scores(cfg, q8.row(ti, h), kt.data(), L, D, 0, jend, s.data());
-    dot_rows(do8.row(ti, h), vt.data(), L, D, 0, jend, dp.data());
+    if (cfg.arith.bwd == Accumulation::Fp32) {
+      dot_rows(do8.row(ti, h), vt.data(), L, D, 0, jend, dp.data());
+    } else {  // the kernels' dP (and dPᵀ) chain of D/32 steps, as S
+      const tc::StepRule& rule = wgmma_rule(cfg.scheme);
+      for (int j = 0; j < jend; ++j) dp[j] = tc::mma_dot(rule, do8.row(ti, h), vt.data() + j, D, L);
+    }
     const float sq = q8.s(ti, h), sdo = do8.s(ti, h);
     for (int j = 0; j < jend; ++j) {
       const float S = (s[j] * sq) * k8.s(base + j, kvh);
@@ -435,42 +440,63 @@ BackwardPrecision backward_precision(const EmulationConfig& cfg) {
   return {fp8, fp8 && cfg.recipe == FLAMIA_RECIPE_FP8};
 }
 
+// One tile product reduced over tokens: tile[d] = sum_r x[r] * rows[r][d] for r in [0, n),
+// rows[r] = row(r) (D values). Fp32: FP32 adds in ascending r over the rows with r >= r0 (the
+// visible ones). Wgmma: the kernels' chain of k32 (E4M3) or k16 (BF16) steps over r from the
+// tile start (x[r] = 0 for r < r0); within a step the sum does not depend on the order of
+// its products, so the fragment order of the transposed operands does not matter.
+template <class Row>
+void tile_product(const EmulationConfig& cfg, bool fp8, const float* x, int r0, int n, int D, Row row,
+                  std::vector<float>& col, float* tile) {
+  for (int d = 0; d < D; ++d) tile[d] = 0.0f;
+  if (cfg.arith.bwd == Accumulation::Fp32) {
+    for (int r = r0; r < n; ++r) {
+      const float* o = row(r);
+      for (int d = 0; d < D; ++d) tile[d] += x[r] * o[d];
+    }
+    return;
+  }
+  const tc::StepRule& rule = fp8 ? tc::kHopperE4M3 : tc::kHopperBF16;
+  col.assign(size_t(D) * n, 0.0f);  // [D][n]
+  for (int r = r0; r < n; ++r) {
+    const float* o = row(r);
+    for (int d = 0; d < D; ++d) col[size_t(d) * n + r] = o[d];
+  }
+  for (int d = 0; d < D; ++d) tile[d] = tc::mma_dot(rule, x, col.data() + size_t(d) * n, n);
+}
+
 // dV and dK contributions of one query head to key rows of one document: for each key j,
-// query tiles [m0, m0 + BM) from the document start, each tile product in a fresh FP32
-// accumulator, multiplied by its scale and added.
+// query tiles [m0, m0 + BM) from the document start, each tile product in a fresh
+// accumulator, multiplied by its scale and added in FP32.
 void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMatrices& pm,
                      const Operand& q8, const Operand& do8, int64_t base, int L, int h,
                      float* dk_acc, float* dv_acc) {
   const int D = p.head_dim, BM = cfg.tiling.bwd_block_m;
   const BackwardPrecision prec = backward_precision(cfg);
-  std::vector<float> x(BM), tile(D);
+  std::vector<float> x(BM), tile(D), col;
   for (int j = 0; j < L; ++j) {
     float* dkj = dk_acc + size_t(j) * D;
     float* dvj = dv_acc + size_t(j) * D;
     const int ibeg = query_begin(j, p.causal);
     for (int m0 = ibeg / BM * BM; m0 < L; m0 += BM) {
-      const int i0 = std::max(m0, ibeg), i1 = std::min(m0 + BM, L), w = i1 - i0;
+      // Tile rows r in [0, n) are queries m0 + r; the visible ones start at r0.
+      const int r0 = std::max(m0, ibeg) - m0, n = std::min(m0 + BM, L) - m0;
+      std::fill(x.begin(), x.end(), 0.0f);
       // dV: P with dO's scale folded in, times dO8.
-      for (int r = 0; r < w; ++r)
-        x[r] = pm.P[size_t(i0 + r) * L + j] * do8.s(base + i0 + r, h);
-      float scale = round_tile_operand(x.data(), w, prec.pdo_fp8);
-      for (int d = 0; d < D; ++d) tile[d] = 0.0f;
-      for (int r = 0; r < w; ++r) {
-        const float* o = do8.row(base + i0 + r, h);
-        for (int d = 0; d < D; ++d) tile[d] += x[r] * o[d];
-      }
+      for (int r = r0; r < n; ++r) x[r] = pm.P[size_t(m0 + r) * L + j] * do8.s(base + m0 + r, h);
+      float scale = round_tile_operand(x.data() + r0, n - r0, prec.pdo_fp8);
+      tile_product(cfg, prec.pdo_fp8, x.data(), r0, n, D, [&](int r) { return do8.row(base + m0 + r, h); },
+                   col, tile.data());
       for (int d = 0; d < D; ++d) dvj[d] += scale * tile[d];
       // dK: dS with Q's scale folded in, times q8 (fp8); or bf16(dS) times bf16 q.
-      for (int r = 0; r < w; ++r) {
-        const float ds = pm.dS[size_t(i0 + r) * L + j];
-        x[r] = prec.ds_fp8 ? ds * q8.s(base + i0 + r, h) : ds;
+      for (int r = r0; r < n; ++r) {
+        const float ds = pm.dS[size_t(m0 + r) * L + j];
+        x[r] = prec.ds_fp8 ? ds * q8.s(base + m0 + r, h) : ds;
       }
-      scale = round_tile_operand(x.data(), w, prec.ds_fp8);
-      for (int d = 0; d < D; ++d) tile[d] = 0.0f;
-      for (int r = 0; r < w; ++r) {
-        const float* qr = prec.ds_fp8 ? q8.row(base + i0 + r, h) : q8.bf16_row(base + i0 + r, h);
-        for (int d = 0; d < D; ++d) tile[d] += x[r] * qr[d];
-      }
+      scale = round_tile_operand(x.data() + r0, n - r0, prec.ds_fp8);
+      tile_product(cfg, prec.ds_fp8, x.data(), r0, n, D,
+                   [&](int r) { return prec.ds_fp8 ? q8.row(base + m0 + r, h) : q8.bf16_row(base + m0 + r, h); },
+                   col, tile.data());
       for (int d = 0; d < D; ++d) dkj[d] += scale * tile[d];
     }
   }
@@ -481,22 +507,20 @@ void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices
                 const Operand& k8, int64_t base, int L, int h, int kvh, uint16_t* dq) {
   const int D = p.head_dim, BN = cfg.tiling.bwd_block_n;
   const BackwardPrecision prec = backward_precision(cfg);
-  std::vector<float> x(BN), tile(D), acc(D);
+  std::vector<float> x(BN), tile(D), acc(D), col;
   for (int i = 0; i < L; ++i) {
     for (int d = 0; d < D; ++d) acc[d] = 0.0f;
     const int jend = key_end(i, L, p.causal);
     for (int n0 = 0; n0 < jend; n0 += BN) {
-      const int n1 = std::min(n0 + BN, jend), w = n1 - n0;
+      const int w = std::min(n0 + BN, jend) - n0;
       for (int r = 0; r < w; ++r) {
         const float ds = pm.dS[size_t(i) * L + n0 + r];
         x[r] = prec.ds_fp8 ? ds * k8.s(base + n0 + r, kvh) : ds;
       }
       const float scale = round_tile_operand(x.data(), w, prec.ds_fp8);
-      for (int d = 0; d < D; ++d) tile[d] = 0.0f;
-      for (int r = 0; r < w; ++r) {
-        const float* kr = prec.ds_fp8 ? k8.row(base + n0 + r, kvh) : k8.bf16_row(base + n0 + r, kvh);
-        for (int d = 0; d < D; ++d) tile[d] += x[r] * kr[d];
-      }
+      tile_product(cfg, prec.ds_fp8, x.data(), 0, w, D,
+                   [&](int r) { return prec.ds_fp8 ? k8.row(base + n0 + r, kvh) : k8.bf16_row(base + n0 + r, kvh); },
+                   col, tile.data());
       for (int d = 0; d < D; ++d) acc[d] += scale * tile[d];
     }
     uint16_t* out = dq + (size_t(base + i) * p.hq + h) * D;

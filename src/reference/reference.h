@@ -58,10 +58,11 @@ enum class Accumulation {
 };
 
 // The accumulation of each matmul that a kernel may issue as wgmma; the defaults are the
-// default GPU kernels' (every forward matmul and the backward's S on wgmma).
+// default GPU kernels' (every matmul on wgmma).
 struct Arithmetic {
   Accumulation s = Accumulation::Wgmma;   // S = q8·k8 over D, forward and backward (one definition)
   Accumulation pv = Accumulation::Wgmma;  // the forward's P·V tile product over the tile's keys
+  Accumulation bwd = Accumulation::Wgmma; // the backward's dP over D and its dV, dK, dQ tile products
 };
 
 // Options for a faster forward (docs/ALGORITHM.md §7); the defaults are §2 as written.

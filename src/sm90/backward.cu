@@ -1,28 +1,29 @@
-// Backward (ALGORITHM.md §3), deterministic and without atomics. S and Sᵀ come from wgmma
-// with the forward's instruction sequence (scores_wgmma.cuh), so that P = exp2(S c - lse2)
-// is rebuilt from the very S the forward's LSE was taken over; the other products (dP, dV,
-// dK, dQ) are mma.sync on FP32-exact tile products, as before.
+// Backward (ALGORITHM.md §3), deterministic and without atomics. Every matmul is a wgmma
+// issued by one warpgroup; the specification sums each as wgmma does (ALGORITHM.md §6).
+// S and Sᵀ come from the forward's instruction sequence (scores_wgmma.cuh), so that
+// P = exp2(S c - lse2) is rebuilt from the very S the forward's LSE was taken over.
 //
 // 1. quantize dO (natural + transposed FP8, scales) and D = rowsum(dO * O) (quantize.cu);
 // 2. dK/dV kernel: CTA = (64-key tile of one document, kv head), 4 warps x 16 keys. Loops
 //    over the query heads of the GQA group, then over the query tiles that see the key tile,
 //    in the order the specification sums them. Per query tile:
-//      Sᵀ = K Qᵀ, Pᵀ = exp2(fmaf(Sᵀ, c, -lse2)), dPᵀ = V dOᵀ, dSᵀ = Pᵀ (dPᵀ - D),
+//      Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (A and B in shared memory, both in flight at once),
+//      Pᵀ = exp2(fmaf(Sᵀ, c, -lse2)), dSᵀ = Pᵀ (dPᵀ - D),
 //      dV += sigma * (q8(Pᵀ sdo / sigma) · dOᵀ tile),
 //      dK += tau * (q8(dSᵀ sq / tau) · Qᵀ tile)   (fp8)  or  bf16(dSᵀ) · Q   (fp8_mixed);
-//    keys are rows, so Pᵀ and dSᵀ are A operands straight from the accumulators; Sᵀ is
-//    the wgmma K Qᵀ (A = the resident K tile), issued before dPᵀ and overlapping it;
+//    keys are rows, so Pᵀ and dSᵀ are A operands straight from the accumulators (registers);
+//    each tile product is formed in a fresh accumulator, then scaled and added in FP32;
 // 3. dQ kernel: CTA = (64-query tile, query head), 4 warps x 16 queries; loops over key
-//    tiles, recomputes S (wgmma Q Kᵀ, as the forward), P, dP, dS and accumulates
+//    tiles, recomputes S (as the forward) and dP, and accumulates
 //      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
 //    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
-//    A later version replaces this with dS staged through shared memory.
-// All operand tiles go through double-buffered cp.async stages. The Q and K tiles of S are
-// in wgmma's K-major core-matrix layout (ScoreTile) and are read by nothing else; after
-// cp.async lands, each thread fences the async proxy before the CTA barrier.
-// Both kernels are one warpgroup (4 warps x 16 rows), and the m64n64 wgmma accumulator has
-// the per-warp layout of the mma.sync TileAcc (wgmma.cuh), so the code after S is unchanged.
+// Operand tiles: ScoreTile (64 tokens x D, K-major) for the products reduced over D;
+// ColTile (D x 64 token positions, from the quantizer's fragment-ordered transposed copies)
+// for those reduced over tokens. fp8_mixed's BF16 operand (Q for dK, K for dQ) arrives as
+// rows in one staging tile and is transposed in shared memory before the step that uses it.
+// FP8 tiles are double-buffered cp.async stages; after cp.async lands (and after the BF16
+// transpose), each writing thread fences the async proxy before the CTA barrier.
 #include "quantize/quantize.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
@@ -68,13 +69,6 @@ struct BwdArgs {
   float softmax_scale;
 };
 
-// The operand of the dS matmul that is reduced over tokens: a transposed FP8 tile (fp8) or
-// a natural BF16 tile (fp8_mixed).
-template <int D, bool kMixed>
-constexpr int ds_operand_bytes() {
-  return kMixed ? Bf16RowTile<D>::kBytes : Fp8ColTile<D>::kBytes;
-}
-
 // P and dS of one visible (query, key) pair (ALGORITHM.md §3); callers zero masked pairs
 // by selection, so nothing of a masked pair (a NaN scale, say) can reach a result.
 struct PairGrad {
@@ -88,29 +82,55 @@ __device__ __forceinline__ PairGrad pair_grad(float s_dot, float dp_dot, float s
   return {p, __fmul_rn(p, __fsub_rn(dp, d))};
 }
 
-// Per-row scale of a folded operand, FP8 fragments of it, and acc += scale * (A · B tile).
-template <int D>
-__device__ __forceinline__ void accumulate_scaled_fp8(float (&acc)[D / 8][4], const TileAcc& x, uint32_t bt_tile) {
-  float scale[2], inv[2];
-  row_pow2_scales(x, scale);
-  inv[0] = __frcp_rn(scale[0]);
-  inv[1] = __frcp_rn(scale[1]);
-  uint32_t a[2][4];
-  pack_fp8_a(x, inv, a);
-  const float one[2] = {1.0f, 1.0f};
-  accumulate_fp8_k64<D>(acc, a, bt_tile, scale, one);
+// The A operand of a product reduced over the tile's 64 tokens, from an accumulator-layout
+// tile x: FP8 codes q8(x, scale[row]) with scale = pow2_scale(max |x| of the row) (fp8), or
+// bf16(x) with scale 1 (fp8_mixed's dS).
+template <bool kBf16>
+struct TokenOperand {
+  uint32_t a[kBf16 ? 4 : 2][4];  // k16 (BF16) or k32 (FP8) steps
+  float scale[2];
+};
+template <bool kBf16>
+__device__ __forceinline__ TokenOperand<kBf16> token_operand(const TileAcc& x) {
+  TokenOperand<kBf16> op;
+  if constexpr (kBf16) {
+    pack_bf16_a(x, op.a);
+    op.scale[0] = op.scale[1] = 1.0f;
+  } else {
+    row_pow2_scales(x, op.scale);
+    const float inv[2] = {__frcp_rn(op.scale[0]), __frcp_rn(op.scale[1])};
+    pack_fp8_a(x, inv, op.a);
+  }
+  return op;
 }
 
-// acc += (recipe's dS operand) · (its partner tile): FP8 with a per-row scale, or BF16.
-template <int D, bool kMixed>
-__device__ __forceinline__ void accumulate_ds(float (&acc)[D / 8][4], const TileAcc& x, uint32_t tile) {
-  if constexpr (kMixed) {
-    uint32_t a[4][4];
-    pack_bf16_a(x, a);
-    accumulate_bf16_k64<D>(acc, a, tile);
+// acc += scale[row] * (A · B): the tile product in a fresh accumulator (scale-d 0 on the
+// first step, the steps chained in ascending token order), then scaled (a power of two:
+// exact) and added in FP32. B: a ColTile (FP8) or Bf16ColTile at shared address bt.
+template <int D, bool kBf16>
+__device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4], TokenOperand<kBf16>& op,
+                                                         uint32_t bt) {
+  float fresh[D / 8][4];
+  wgmma::pin(op.a);  // the operand is final before the fence
+  wgmma::fence();
+  if constexpr (kBf16) {
+    wgmma::mma_rs_bf16<false>(fresh, op.a[0], wgmma::desc<Bf16ColTile<D>>(bt, 0));
+#pragma unroll
+    for (int ks = 1; ks < 4; ++ks) wgmma::mma_rs_bf16<true>(fresh, op.a[ks], wgmma::desc<Bf16ColTile<D>>(bt, ks));
   } else {
-    accumulate_scaled_fp8<D>(acc, x, tile);
+    wgmma::mma_rs<false>(fresh, op.a[0], wgmma::desc<ColTile<D>>(bt, 0));
+    wgmma::mma_rs<true>(fresh, op.a[1], wgmma::desc<ColTile<D>>(bt, 1));
   }
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::pin(fresh);
+  wgmma::pin(op.a);  // registers read by the MMA stay untouched until it is done
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[n][e] = kBf16 ? __fadd_rn(acc[n][e], fresh[n][e])
+                        : __fadd_rn(acc[n][e], __fmul_rn(op.scale[e >> 1], fresh[n][e]));
 }
 
 // Stores rows [0, 16) of a warp's D-wide accumulator (scaled) as bf16 for rows < valid.
@@ -131,22 +151,54 @@ __device__ __forceinline__ void store_rows_bf16(uint16_t* out, int64_t row_strid
 }
 
 // =====================================================================================
+// fp8_mixed's BF16 operand: one staging tile of rows, transposed before use
+// =====================================================================================
+
+// Shared memory the BF16 operand needs (fp8_mixed) on top of the FP8 stages: the rows of the
+// next step land in kRows while the current step's transposed tile (kCols) is read.
+template <int D, bool kMixed>
+struct Bf16Operand {
+  static constexpr int kRows = 0;
+  static constexpr int kCols = kMixed ? kRows + Bf16RowTile<D>::kBytes : 0;
+  static constexpr int kBytes = kMixed ? kCols + Bf16ColTile<D>::kBytes : 0;
+};
+
+// The step's pipeline point after its cp.async copies: every copy of the step landed
+// (this thread's: wait; everyone's: the barrier), its FP8 tiles are visible to wgmma, and
+// (fp8_mixed) its BF16 rows are transposed into the operand tile, whose staging tile is then
+// free for the next step's rows (load_next_rows, committed as its own cp.async group).
+template <int D, bool kMixed, class LoadNextRows>
+__device__ __forceinline__ void step_ready(uint8_t* smem, int bf16_at, LoadNextRows load_next_rows) {
+  wgmma::fence_proxy_async();  // the cp.async writes become visible to wgmma
+  __syncthreads();
+  if constexpr (kMixed) {
+    using B = Bf16Operand<D, kMixed>;
+    transpose_bf16_rows<D>(smem + bf16_at + B::kCols, smem + bf16_at + B::kRows);
+    wgmma::fence_proxy_async();
+    __syncthreads();
+    load_next_rows();
+    ptx::cp_async_commit();
+  }
+}
+
+// =====================================================================================
 // dK / dV
 // =====================================================================================
 
 template <int D, bool kMixed>
 struct DkdvSmem {
-  static constexpr int kK = 0;                               // A of Sᵀ
-  static constexpr int kV = kK + ScoreTile<D>::kBytes;
-  static constexpr int kSk = kV + Fp8RowTile<D>::kBytes;  // per-key scales
+  static constexpr int kK = 0;                         // A of Sᵀ
+  static constexpr int kV = kK + ScoreTile<D>::kBytes;  // A of dPᵀ
+  static constexpr int kSk = kV + ScoreTile<D>::kBytes;  // per-key scales
   static constexpr int kSv = kSk + kScalarTileBytes;
-  static constexpr int kStage0 = kSv + kScalarTileBytes;
+  static constexpr int kBf16 = kSv + kScalarTileBytes;  // Bf16Operand (fp8_mixed: Q)
+  static constexpr int kStage0 = kBf16 + Bf16Operand<D, kMixed>::kBytes;
   // One stage: a query tile of one head.
-  static constexpr int kQ = 0;                                    // q8 rows (B of Sᵀ)
-  static constexpr int kDo = kQ + ScoreTile<D>::kBytes;            // dO8 rows
-  static constexpr int kDot = kDo + Fp8RowTile<D>::kBytes;         // dOᵀ cols
-  static constexpr int kQop = kDot + Fp8ColTile<D>::kBytes;        // Qᵀ cols | Q bf16 rows
-  static constexpr int kSqT = kQop + ds_operand_bytes<D, kMixed>();  // per-query values
+  static constexpr int kQ = 0;                                   // B of Sᵀ
+  static constexpr int kDo = kQ + ScoreTile<D>::kBytes;           // B of dPᵀ
+  static constexpr int kDot = kDo + ScoreTile<D>::kBytes;         // B of dV: dOᵀ
+  static constexpr int kQt = kDot + ColTile<D>::kBytes;           // B of dK: Qᵀ (fp8)
+  static constexpr int kSqT = kQt + (kMixed ? 0 : ColTile<D>::kBytes);  // per-query values
   static constexpr int kSdoT = kSqT + kScalarTileBytes;
   static constexpr int kLseT = kSdoT + kScalarTileBytes;
   static constexpr int kDvecT = kLseT + kScalarTileBytes;
@@ -178,10 +230,11 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int stage, 
 
   TileAcc s, dp;  // Sᵀ and dPᵀ: rows = keys, columns = queries
   wgmma::fence();
-  issue_scores<D>(s, base + S::kK, st + S::kQ);  // Sᵀ = K Qᵀ, whole warpgroup
-  mma_rows<D>(dp, base + S::kV, row0, st + S::kDo);
+  issue_scores<D>(s, base + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
+  issue_row_dots<D>(dp, base + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
   wgmma::wait<0>();
   wgmma::pin(s);
+  wgmma::pin(dp);
   // In place: s <- Pᵀ * sdo (dV operand), dp <- dSᵀ * sq (fp8) or dSᵀ (fp8_mixed).
 #pragma unroll
   for (int n = 0; n < 8; ++n)
@@ -194,8 +247,11 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int stage, 
       s[n][e] = visible ? __fmul_rn(pg.p, sdo[col]) : 0.0f;
       dp[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sq[col])) : 0.0f;
     }
-  accumulate_scaled_fp8<D>(dv, s, st + S::kDot);
-  accumulate_ds<D, kMixed>(dk, dp, st + S::kQop);
+  // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
+  TokenOperand<false> pv = token_operand<false>(s);
+  TokenOperand<kMixed> ds = token_operand<kMixed>(dp);
+  accumulate_token_product<D, false>(dv, pv, st + S::kDot);
+  accumulate_token_product<D, kMixed>(dk, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kQt);
 }
 
 template <int D, bool kMixed>
@@ -220,7 +276,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ 
   const int64_t kv_off = (dt.tok0 + n0) * kv_row + hk * D;
   const int valid_k = min(kTileTokens, dt.len - n0);
   load_kmajor_rows<D>(base + S::kK, a.k8 + kv_off, kv_row, valid_k);
-  load_fp8_rows<D>(base + S::kV, a.v8 + kv_off, kv_row, valid_k);
+  load_kmajor_rows<D>(base + S::kV, a.v8 + kv_off, kv_row, valid_k);
   {
     const int64_t tok_off = hk * a.total_tokens + dt.tok0 + n0;
     if (threadIdx.x < kTileTokens) load_scalar(base + S::kSk, a.sk + tok_off, valid_k, threadIdx.x);
@@ -228,20 +284,21 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ 
   }
   ptx::cp_async_commit();
 
+  auto query_tile = [&](int step, int* h, int* m0) {
+    *h = hk * group + step / num_query_tiles;
+    *m0 = (m_first + step % num_query_tiles) * kTileTokens;
+  };
   auto load_query_tile = [&](int step) {
-    const int h = hk * group + step / num_query_tiles;
-    const int m0 = (m_first + step % num_query_tiles) * kTileTokens;
+    int h, m0;
+    query_tile(step, &h, &m0);
     const int valid = min(kTileTokens, dt.len - m0);
     const uint32_t st = base + S::stage(step & 1);
     const int64_t row_off = (dt.tok0 + m0) * q_row + h * D;
     const int64_t col_off = int64_t(h) * D * a.tpad + dt.pstart + m0;
     load_kmajor_rows<D>(st + S::kQ, a.q8 + row_off, q_row, valid);
-    load_fp8_rows<D>(st + S::kDo, a.do8 + row_off, q_row, valid);
-    load_fp8_cols<D>(st + S::kDot, a.dot8 + col_off, a.tpad, valid);
-    if constexpr (kMixed)
-      load_bf16_rows<D>(st + S::kQop, a.q + (dt.tok0 + m0) * a.q_stride_t + h * a.q_stride_h, a.q_stride_t, valid);
-    else
-      load_fp8_cols<D>(st + S::kQop, a.qt8 + col_off, a.tpad, valid);
+    load_kmajor_rows<D>(st + S::kDo, a.do8 + row_off, q_row, valid);
+    load_kmajor_cols<D>(st + S::kDot, a.dot8 + col_off, a.tpad, valid);
+    if constexpr (!kMixed) load_kmajor_cols<D>(st + S::kQt, a.qt8 + col_off, a.tpad, valid);
     const int64_t tok_off = h * a.total_tokens + dt.tok0 + m0;
     const int i = threadIdx.x & 63;
     if (threadIdx.x < kTileTokens) {
@@ -252,8 +309,21 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ 
       load_scalar(st + S::kDvecT, a.dvec + tok_off, valid, i);
     }
   };
+  // fp8_mixed: the BF16 Q rows of a step, into the staging tile.
+  auto load_q_rows = [&](int step) {
+    if (step >= steps) return;
+    int h, m0;
+    query_tile(step, &h, &m0);
+    load_bf16_rows<D>(base + S::kBf16 + Bf16Operand<D, kMixed>::kRows,
+                      a.q + (dt.tok0 + m0) * a.q_stride_t + h * a.q_stride_h, a.q_stride_t,
+                      min(kTileTokens, dt.len - m0));
+  };
   load_query_tile(0);
   ptx::cp_async_commit();
+  if constexpr (kMixed) {
+    load_q_rows(0);
+    ptx::cp_async_commit();
+  }
 
   const int j0 = n0 + 16 * warp_id() + (lane_id() >> 2);  // this lane's keys: j0, j0 + 8
   float dk[D / 8][4], dv[D / 8][4];
@@ -265,14 +335,12 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ 
   for (int step = 0; step < steps; ++step) {
     if (step + 1 < steps) load_query_tile(step + 1);
     ptx::cp_async_commit();
-    ptx::cp_async_wait<1>();  // K, V and this step's query tile landed (this thread's copies)
+    ptx::cp_async_wait<1>();  // all but the next step's FP8 tiles landed (this thread's copies)
     const int m = m_first + step % num_query_tiles, m0 = m * kTileTokens;
     uint8_t* st_ptr = smem + S::stage(step & 1);
-    clear_cols_tail<D>(st_ptr + S::kDot, dt.len - m0);
-    if constexpr (kMixed) clear_bf16_nonfinite<D>(st_ptr + S::kQop);
-    else clear_cols_tail<D>(st_ptr + S::kQop, dt.len - m0);
-    wgmma::fence_proxy_async();  // the cp.async writes become visible to wgmma (Sᵀ)
-    __syncthreads();
+    clear_kmajor_cols_tail<D>(st_ptr + S::kDot, dt.len - m0);
+    if constexpr (!kMixed) clear_kmajor_cols_tail<D>(st_ptr + S::kQt, dt.len - m0);
+    step_ready<D, kMixed>(smem, S::kBf16, [&] { load_q_rows(step + 1); });
     if (mask_needed_for_key_rows(mask, m, n, kTileTokens))
       dkdv_query_tile<D, kMixed, true>(smem, step & 1, mask, j0, m0, a.c, dk, dv);
     else
@@ -292,19 +360,20 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ 
 
 template <int D, bool kMixed>
 struct DqSmem {
-  static constexpr int kQ = 0;  // A of S
-  static constexpr int kDo = kQ + ScoreTile<D>::kBytes;
+  static constexpr int kQ = 0;                            // A of S
+  static constexpr int kDo = kQ + ScoreTile<D>::kBytes;    // A of dP
   // Per-query values, read from shared memory where used (registers are the scarce resource).
-  static constexpr int kSq = kDo + Fp8RowTile<D>::kBytes;
+  static constexpr int kSq = kDo + ScoreTile<D>::kBytes;
   static constexpr int kSdo = kSq + kScalarTileBytes;
   static constexpr int kLse = kSdo + kScalarTileBytes;
   static constexpr int kDvec = kLse + kScalarTileBytes;
-  static constexpr int kStage0 = kDvec + kScalarTileBytes;
+  static constexpr int kBf16 = kDvec + kScalarTileBytes;  // Bf16Operand (fp8_mixed: K)
+  static constexpr int kStage0 = kBf16 + Bf16Operand<D, kMixed>::kBytes;
   // One stage: a key tile.
-  static constexpr int kK = 0;                                     // k8 rows (B of S)
-  static constexpr int kV = kK + ScoreTile<D>::kBytes;              // v8 rows
-  static constexpr int kKop = kV + Fp8RowTile<D>::kBytes;           // Kᵀ cols | K bf16 rows
-  static constexpr int kSk = kKop + ds_operand_bytes<D, kMixed>();
+  static constexpr int kK = 0;                              // B of S
+  static constexpr int kV = kK + ScoreTile<D>::kBytes;       // B of dP
+  static constexpr int kKt = kV + ScoreTile<D>::kBytes;      // B of dQ: Kᵀ (fp8)
+  static constexpr int kSk = kKt + (kMixed ? 0 : ColTile<D>::kBytes);
   static constexpr int kSv = kSk + kScalarTileBytes;
   static constexpr int kStageBytes = kSv + kScalarTileBytes;
   static constexpr int kBytes = kStage0 + 2 * kStageBytes;
@@ -332,10 +401,11 @@ __device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int stage, cons
 
   TileAcc s, dp;  // S and dP: rows = queries, columns = keys
   wgmma::fence();
-  issue_scores<D>(s, base + S::kQ, st + S::kK);  // S = Q Kᵀ, whole warpgroup, as the forward
-  mma_rows<D>(dp, base + S::kDo, row0, st + S::kV);
+  issue_scores<D>(s, base + S::kQ, st + S::kK);    // S = Q Kᵀ, as the forward
+  issue_row_dots<D>(dp, base + S::kDo, st + S::kV);  // dP = dO Vᵀ
   wgmma::wait<0>();
   wgmma::pin(s);
+  wgmma::pin(dp);
   // In place: s <- dS * sk (fp8) or dS (fp8_mixed).
 #pragma unroll
   for (int n = 0; n < 8; ++n)
@@ -346,7 +416,8 @@ __device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int stage, cons
       const PairGrad pg = pair_grad(s[n][e], dp[n][e], sq[r], sk[col], sdo[r], sv[col], lse2[r], d[r], c);
       s[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sk[col])) : 0.0f;
     }
-  accumulate_ds<D, kMixed>(dq, s, st + S::kKop);
+  TokenOperand<kMixed> ds = token_operand<kMixed>(s);
+  accumulate_token_product<D, kMixed>(dq, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kKt);
 }
 
 template <int D, bool kMixed>
@@ -368,7 +439,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const __grid_constant__ Bw
   const int64_t q_off = (dt.tok0 + m0) * q_row + h * D;
   const int valid_q = min(kTileTokens, dt.len - m0);
   load_kmajor_rows<D>(base + S::kQ, a.q8 + q_off, q_row, valid_q);
-  load_fp8_rows<D>(base + S::kDo, a.do8 + q_off, q_row, valid_q);
+  load_kmajor_rows<D>(base + S::kDo, a.do8 + q_off, q_row, valid_q);
   {
     const int64_t tok_off = h * a.total_tokens + dt.tok0 + m0;
     const int i = threadIdx.x & 63;
@@ -387,17 +458,27 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const __grid_constant__ Bw
     const uint32_t st = base + S::stage(n & 1);
     const int64_t row_off = (dt.tok0 + n0) * kv_row + hk * D;
     load_kmajor_rows<D>(st + S::kK, a.k8 + row_off, kv_row, valid);
-    load_fp8_rows<D>(st + S::kV, a.v8 + row_off, kv_row, valid);
-    if constexpr (kMixed)
-      load_bf16_rows<D>(st + S::kKop, a.k + (dt.tok0 + n0) * a.k_stride_t + hk * a.k_stride_h, a.k_stride_t, valid);
-    else
-      load_fp8_cols<D>(st + S::kKop, a.kt8 + int64_t(hk) * D * a.tpad + dt.pstart + n0, a.tpad, valid);
+    load_kmajor_rows<D>(st + S::kV, a.v8 + row_off, kv_row, valid);
+    if constexpr (!kMixed)
+      load_kmajor_cols<D>(st + S::kKt, a.kt8 + int64_t(hk) * D * a.tpad + dt.pstart + n0, a.tpad, valid);
     const int64_t tok_off = hk * a.total_tokens + dt.tok0 + n0;
     if (threadIdx.x < kTileTokens) load_scalar(st + S::kSk, a.sk + tok_off, valid, threadIdx.x);
     else load_scalar(st + S::kSv, a.sv + tok_off, valid, threadIdx.x - kTileTokens);
   };
+  // fp8_mixed: the BF16 K rows of a key tile, into the staging tile.
+  auto load_k_rows = [&](int n) {
+    if (n >= num_key_tiles) return;
+    const int n0 = n * kTileTokens;
+    load_bf16_rows<D>(base + S::kBf16 + Bf16Operand<D, kMixed>::kRows,
+                      a.k + (dt.tok0 + n0) * a.k_stride_t + hk * a.k_stride_h, a.k_stride_t,
+                      min(kTileTokens, dt.len - n0));
+  };
   load_key_tile(0);
   ptx::cp_async_commit();
+  if constexpr (kMixed) {
+    load_k_rows(0);
+    ptx::cp_async_commit();
+  }
 
   const int i0 = m0 + 16 * warp_id() + (lane_id() >> 2);  // this lane's queries: i0, i0 + 8
   float dq[D / 8][4];
@@ -409,13 +490,10 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const __grid_constant__ Bw
   for (int n = 0; n < num_key_tiles; ++n) {
     if (n + 1 < num_key_tiles) load_key_tile(n + 1);
     ptx::cp_async_commit();
-    ptx::cp_async_wait<1>();  // Q, dO and key tile n landed (this thread's copies)
+    ptx::cp_async_wait<1>();  // all but the next key tile's FP8 tiles landed (this thread's copies)
     const int n0 = n * kTileTokens;
-    uint8_t* st_ptr = smem + S::stage(n & 1);
-    if constexpr (kMixed) clear_bf16_nonfinite<D>(st_ptr + S::kKop);
-    else clear_cols_tail<D>(st_ptr + S::kKop, dt.len - n0);
-    wgmma::fence_proxy_async();  // the cp.async writes become visible to wgmma (S)
-    __syncthreads();
+    if constexpr (!kMixed) clear_kmajor_cols_tail<D>(smem + S::stage(n & 1) + S::kKt, dt.len - n0);
+    step_ready<D, kMixed>(smem, S::kBf16, [&] { load_k_rows(n + 1); });
     if (mask_needed_for_query_rows(mask, dt.tile, n, kTileTokens))
       dq_key_tile<D, kMixed, true>(smem, n & 1, mask, i0, n0, a.c, dq);
     else

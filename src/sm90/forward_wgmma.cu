@@ -57,7 +57,7 @@ template <int D>
 struct WgSmem {
   using QTile = ScoreTile<D>;                        // A of S: [64 queries][D]
   using KTile = ScoreTile<D>;                        // B of S: [64 keys][D]
-  using VtTile = wgmma::KMajorTile<D, kTileTokens>;  // B of P·V: [D][64 key positions]
+  using VtTile = ColTile<D>;                         // B of P·V: [D][64 key positions]
   static constexpr int kQ = 0;
   // One pipeline stage: K tile, Vᵀ tile, sk, sv.
   static constexpr int kK = 0;
@@ -69,42 +69,6 @@ struct WgSmem {
   static constexpr int kBytes = kStage0 + kStages * kStageBytes;
   static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
 };
-
-// Transposed tile: D rows of 64 positions (row d at src + d * tpad) into a KMajorTile<D, 64>;
-// 16-token groups that start at or past `valid` are zeros. Thread t always copies chunk
-// (t / 8) % 4 of its rows, which clear_vt_tail relies on.
-template <int D>
-__device__ __forceinline__ void load_vt(uint32_t dst, const uint8_t* src, int64_t tpad, int valid) {
-  using Tile = wgmma::KMajorTile<D, kTileTokens>;
-#pragma unroll
-  for (int k = 0; k < D * 4 / kThreads; ++k) {
-    const int idx = int(threadIdx.x) + k * kThreads;
-    const int c = (idx >> 3) & 3, d = (idx & 7) + 8 * (idx >> 5);
-    const bool ok = 16 * c < valid;
-    ptx::cp_async_16(dst + Tile::chunk_offset(d, c), src + d * tpad + (ok ? 16 * c : 0), ok);
-  }
-}
-
-// After this thread's load_vt copies landed: zero the positions of tokens >= valid in the
-// partial 16-token group (the padding bytes of the transposed copy are not read as zero).
-// Each thread touches only the chunks it copied itself.
-template <int D>
-__device__ __forceinline__ void clear_vt_tail(uint8_t* tile, int valid) {
-  using Tile = wgmma::KMajorTile<D, kTileTokens>;
-  const int group = valid >> 4, keep = valid & 15;
-  if (valid >= kTileTokens || keep == 0 || ((int(threadIdx.x) >> 3) & 3) != group) return;
-  uint32_t mask[4];
-  tail_group_mask(keep, mask);
-#pragma unroll
-  for (int k = 0; k < D * 4 / kThreads; ++k) {
-    const int idx = int(threadIdx.x) + k * kThreads;
-    const int d = (idx & 7) + 8 * (idx >> 5);
-    uint4* p = reinterpret_cast<uint4*>(tile + Tile::chunk_offset(d, group));
-    uint4 v = *p;
-    v.x &= mask[0]; v.y &= mask[1]; v.z &= mask[2]; v.w &= mask[3];
-    *p = v;
-  }
-}
 
 // S = Q Kᵀ for one key tile. Chained: the shared definition of S (scores_wgmma.cuh), left
 // in flight. Promoted: each k-step after the first goes into the fresh accumulator `step`
@@ -236,7 +200,7 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
     const int n0 = n * kTileTokens, valid = min(kTileTokens, dt.len - n0);
     const uint32_t st = base + S::stage(n % kStages);
     load_kmajor_rows<D>(st + S::kK, k_src + n0 * kv_row, kv_row, valid);
-    load_vt<D>(st + S::kVt, vt_src + n0, a.tpad, valid);
+    load_kmajor_cols<D>(st + S::kVt, vt_src + n0, a.tpad, valid);
     if (threadIdx.x < kTileTokens) load_scalar(st + S::kSk, sk_src + n0, valid, threadIdx.x);
     else load_scalar(st + S::kSv, sv_src + n0, valid, threadIdx.x - kTileTokens);
   };
@@ -270,7 +234,7 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
   for (int n = 0; n < num_key_tiles; ++n) {
     const int n0 = n * kTileTokens;
     ptx::cp_async_wait<0>();  // key tile n (and Q) landed: this thread's copies
-    clear_vt_tail<D>(smem + S::stage(n % kStages) + S::kVt, dt.len - n0);
+    clear_kmajor_cols_tail<D>(smem + S::stage(n % kStages) + S::kVt, dt.len - n0);
     wgmma::fence_proxy_async();
     // Also orders every warp's wait for P_{n-2} V_{n-2} before the refill of its stage.
     __syncthreads();

@@ -78,15 +78,6 @@ __device__ __forceinline__ void load_b_fp8_k64(uint32_t tile, int n, uint32_t (&
   ptx::ldmatrix_x4(tile + (8 * n + (l & 7)) * kStride + 16 * (l >> 3), b);
 }
 
-// B operand of bf16 m16n8k16 for a [tokens][D] bf16 tile reduced over tokens: k16 step s,
-// n8-tiles 2p and 2p+1 of D (transposed load): b[0], b[1] for 2p; b[2], b[3] for 2p+1.
-template <int kStride>
-__device__ __forceinline__ void load_b_bf16_trans(uint32_t tile, int s, int p, uint32_t (&b)[4]) {
-  const int l = lane_id();
-  const int row = 16 * s + (l & 7) + 8 * ((l >> 3) & 1);
-  ptx::ldmatrix_x4_trans(tile + row * kStride + 2 * (16 * p + 8 * (l >> 4)), b);
-}
-
 // ---- accumulator -> A operand ----------------------------------------------------------
 // FP8 A fragments of the two k32 steps of a 16 x 64 tile: q8(x, scale[row]) with
 // inv_scale = 1 / scale (exact for powers of two).
@@ -159,28 +150,6 @@ __device__ __forceinline__ void accumulate_fp8_k64(float (&acc)[D / 8][4], const
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       acc[n][e] = __fadd_rn(__fmul_rn(acc[n][e], alpha[e >> 1]), __fmul_rn(scale[e >> 1], fresh[e]));
-  }
-}
-
-// acc += A · B for every n8-tile of D, A = BF16 fragments over 64 tokens, B = a natural
-// [tokens][D] BF16 tile (fp8_mixed: dK += bf16(dSᵀ) Q, dQ += bf16(dS) K), tile product first.
-template <int D>
-__device__ __forceinline__ void accumulate_bf16_k64(float (&acc)[D / 8][4], const uint32_t (&a)[4][4],
-                                                    uint32_t b_tile) {
-#pragma unroll
-  for (int p = 0; p < D / 16; ++p) {
-    float fresh[2][4] = {};
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t b[4];
-      load_b_bf16_trans<Bf16RowTile<D>::kStride>(b_tile, s, p, b);
-      ptx::mma_bf16_16x8x16(fresh[0], a[s], b[0], b[1]);
-      ptx::mma_bf16_16x8x16(fresh[1], a[s], b[2], b[3]);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[2 * p + h][e] = __fadd_rn(acc[2 * p + h][e], fresh[h][e]);
   }
 }
 

@@ -32,16 +32,24 @@ namespace sm90 {
 template <int D>
 using ScoreTile = wgmma::KMajorTile<kTileTokens, D>;
 
-// Issues the D/32 chained k-steps of S (A rows x B rows, reduced over D) into s and commits
-// them as one wgmma group. The caller fences before (wgmma::fence) and waits and pins s
-// after; the result is the raw dot product of codes, to be scaled by score().
+// Issues the D/32 chained k-steps of A Bᵀ reduced over D (A rows x B rows, both ScoreTile)
+// into acc and commits them as one wgmma group. S is this product of the Q and K tiles; the
+// backward's dP (dO, V) and dPᵀ (V, dO) are the same instruction sequence, which the
+// specification's dP follows (ALGORITHM.md §6). The caller fences before (wgmma::fence)
+// and waits and pins acc after; the result is the raw dot product of codes.
 template <int D>
-__device__ __forceinline__ void issue_scores(TileAcc& s, uint32_t a_tile, uint32_t b_tile) {
-  wgmma::mma_ss<false>(s, wgmma::desc<ScoreTile<D>>(a_tile, 0), wgmma::desc<ScoreTile<D>>(b_tile, 0));
+__device__ __forceinline__ void issue_row_dots(TileAcc& acc, uint32_t a_tile, uint32_t b_tile) {
+  wgmma::mma_ss<false>(acc, wgmma::desc<ScoreTile<D>>(a_tile, 0), wgmma::desc<ScoreTile<D>>(b_tile, 0));
 #pragma unroll
   for (int ks = 1; ks < D / 32; ++ks)
-    wgmma::mma_ss<true>(s, wgmma::desc<ScoreTile<D>>(a_tile, ks), wgmma::desc<ScoreTile<D>>(b_tile, ks));
+    wgmma::mma_ss<true>(acc, wgmma::desc<ScoreTile<D>>(a_tile, ks), wgmma::desc<ScoreTile<D>>(b_tile, ks));
   wgmma::commit();
+}
+
+// S (or Sᵀ): the raw dot products, to be scaled by score().
+template <int D>
+__device__ __forceinline__ void issue_scores(TileAcc& s, uint32_t a_tile, uint32_t b_tile) {
+  issue_row_dots<D>(s, a_tile, b_tile);
 }
 
 // S of one pair from the tensor core's dot product: (dot * sq) * sk, whichever operand

@@ -93,28 +93,6 @@ __device__ __forceinline__ void load_bf16_rows(uint32_t dst, const uint16_t* src
   }
 }
 
-// After this thread's copies of load_bf16_rows landed: replace non-finite values by 0 in
-// the chunks this thread copied. The FP8 copies get the same effect from the quantizer
-// (zero codes for non-finite rows, whose NaN scale still poisons every visible pair); here
-// the raw BF16 input is the operand, and a NaN multiplied by the exact 0 of a masked dS
-// would otherwise reach rows that do not see the token.
-template <int D>
-__device__ __forceinline__ void clear_bf16_nonfinite(uint8_t* tile) {
-  constexpr int kChunks = 2 * D / 16, kRowsPerPass = kThreads / kChunks;
-  const int r0 = int(threadIdx.x) / kChunks, c = int(threadIdx.x) % kChunks;
-#pragma unroll
-  for (int k = 0; k < kTileTokens / kRowsPerPass; ++k) {
-    uint32_t* p = reinterpret_cast<uint32_t*>(tile + (r0 + k * kRowsPerPass) * Bf16RowTile<D>::kStride + 16 * c);
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const uint32_t v = p[w];
-      const uint32_t lo = (v & 0x7f80u) == 0x7f80u ? 0u : (v & 0xffffu);
-      const uint32_t hi = (v & 0x7f800000u) == 0x7f800000u ? 0u : (v & 0xffff0000u);
-      p[w] = lo | hi;
-    }
-  }
-}
-
 // Transposed tile: D rows of 64 positions starting at src (= position 0 of row d = 0),
 // rows tpad bytes apart. 16-token groups that start at or past `valid` are zeros.
 template <int D>
@@ -127,6 +105,28 @@ __device__ __forceinline__ void load_fp8_cols(uint32_t dst, const uint8_t* src, 
 #pragma unroll
   for (int k = 0; k < D / kRowsPerPass; ++k)
     ptx::cp_async_16(dst + k * kRowsPerPass * Fp8ColTile<D>::kStride, src + k * kRowsPerPass * tpad, ok);
+}
+
+// [D][64 token positions] FP8 in wgmma's K-major core-matrix layout: the B operand of the
+// matmuls reduced over tokens (P·V, Pᵀ·dO, dSᵀ·Q, dS·K), from the transposed copies.
+template <int D>
+using ColTile = wgmma::KMajorTile<D, kTileTokens>;
+// [D][64 tokens] BF16, the same layout (fp8_mixed: the B operand of bf16(dSᵀ)·Q, bf16(dS)·K).
+template <int D>
+using Bf16ColTile = wgmma::KMajorTile<D, 2 * kTileTokens>;
+
+// Transposed tile: D rows of 64 positions (row d at src + d * tpad) into a ColTile<D>;
+// 16-token groups that start at or past `valid` are zeros. Thread t always copies chunk
+// (t / 8) % 4 of its rows, which clear_kmajor_cols_tail relies on.
+template <int D>
+__device__ __forceinline__ void load_kmajor_cols(uint32_t dst, const uint8_t* src, int64_t tpad, int valid) {
+#pragma unroll
+  for (int k = 0; k < D * 4 / kThreads; ++k) {
+    const int idx = int(threadIdx.x) + k * kThreads;
+    const int c = (idx >> 3) & 3, d = (idx & 7) + 8 * (idx >> 5);
+    const bool ok = 16 * c < valid;
+    ptx::cp_async_16(dst + ColTile<D>::chunk_offset(d, c), src + d * tpad + (ok ? 16 * c : 0), ok);
+  }
 }
 
 // Byte masks over one fragment-ordered 16-token group (4 words) keeping tokens < keep.
@@ -156,6 +156,50 @@ __device__ __forceinline__ void clear_cols_tail(uint8_t* tile, int valid) {
     uint4 v = *p;
     v.x &= mask[0]; v.y &= mask[1]; v.z &= mask[2]; v.w &= mask[3];
     *p = v;
+  }
+}
+
+// After this thread's load_kmajor_cols copies landed: zero the positions of tokens >= valid
+// in the partial 16-token group (the padding bytes of the transposed copies are not read as
+// zero). Each thread touches only the chunks it copied itself.
+template <int D>
+__device__ __forceinline__ void clear_kmajor_cols_tail(uint8_t* tile, int valid) {
+  const int group = valid >> 4, keep = valid & 15;
+  if (valid >= kTileTokens || keep == 0 || ((int(threadIdx.x) >> 3) & 3) != group) return;
+  uint32_t mask[4];
+  tail_group_mask(keep, mask);
+#pragma unroll
+  for (int k = 0; k < D * 4 / kThreads; ++k) {
+    const int idx = int(threadIdx.x) + k * kThreads;
+    const int d = (idx & 7) + 8 * (idx >> 5);
+    uint4* p = reinterpret_cast<uint4*>(tile + ColTile<D>::chunk_offset(d, group));
+    uint4 v = *p;
+    v.x &= mask[0]; v.y &= mask[1]; v.z &= mask[2]; v.w &= mask[3];
+    *p = v;
+  }
+}
+
+// A landed Bf16RowTile (load_bf16_rows; every thread's copies, after the CTA barrier) into a
+// Bf16ColTile, with non-finite values replaced by 0. The FP8 copies get the same effect from
+// the quantizer (zero codes for non-finite rows, whose NaN scale still poisons every visible
+// pair); here the raw BF16 input is the operand, and a NaN multiplied by the exact 0 of a
+// masked dS would otherwise reach rows that do not see the token. Thread t reads 8 values
+// (one 16-byte chunk) of a token and writes them to 8 rows of the transposed tile.
+template <int D>
+__device__ __forceinline__ void transpose_bf16_rows(uint8_t* dst, const uint8_t* rows) {
+  constexpr int kChunks = 2 * D / 16;  // 16-byte chunks per token row
+#pragma unroll 4
+  for (int k = 0; k < kTileTokens * kChunks / kThreads; ++k) {
+    const int idx = int(threadIdx.x) + k * kThreads;
+    const int t = idx & (kTileTokens - 1), c = idx / kTileTokens;  // lanes over tokens
+    const uint4 v = *reinterpret_cast<const uint4*>(rows + t * Bf16RowTile<D>::kStride + 16 * c);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      uint16_t x = uint16_t(w[e >> 1] >> (16 * (e & 1)));
+      if ((x & 0x7f80u) == 0x7f80u) x = 0;
+      *reinterpret_cast<uint16_t*>(dst + Bf16ColTile<D>::chunk_offset(8 * c + e, t >> 3) + 2 * (t & 7)) = x;
+    }
   }
 }
 

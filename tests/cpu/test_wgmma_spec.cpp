@@ -20,6 +20,7 @@ EmulationConfig fp32_config(Scheme scheme, flamia_recipe recipe) {
   EmulationConfig cfg = config(scheme, recipe);
   cfg.arith.s = Accumulation::Fp32;
   cfg.arith.pv = Accumulation::Fp32;
+  cfg.arith.bwd = Accumulation::Fp32;
   return cfg;
 }
 
@@ -27,6 +28,7 @@ EmulationConfig wgmma_config(Scheme scheme, flamia_recipe recipe) {
   EmulationConfig cfg = config(scheme, recipe);
   cfg.arith.s = Accumulation::Wgmma;
   cfg.arith.pv = Accumulation::Wgmma;
+  cfg.arith.bwd = Accumulation::Wgmma;
   return cfg;
 }
 
@@ -76,6 +78,30 @@ TEST(WgmmaSpec, CloseToFp32AccumulationButNotEqual) {
         EXPECT_LT(d_dk, 2 * bound);
         EXPECT_LT(d_dv, 2 * bound);
       }
+}
+
+// arith.bwd selects the backward's dP and its dV, dK, dQ tile products alone: O and LSE keep
+// their bits, the gradients move by the step cuts (E4M3 products cut to 13 fraction bits of
+// the step's largest term, BF16 to 25) and the roundings to FP8 that those flip.
+TEST(WgmmaSpec, BackwardArithmeticMovesOnlyTheGradients) {
+  std::mt19937_64 rng(17);
+  for (flamia_recipe recipe : {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED}) {
+    const Pack pk = random_pack({130, 64, 7}, 4, 2, 64, true, rng());
+    SCOPED_TRACE(recipe_name(recipe));
+    EmulationConfig fp32_bwd = wgmma_config(Scheme::PerToken, recipe);
+    fp32_bwd.arith.bwd = Accumulation::Fp32;
+    const Outputs a = run_emulation(pk, fp32_bwd, true);
+    const Outputs w = run_emulation(pk, wgmma_config(Scheme::PerToken, recipe), true);
+    EXPECT_EQ(a.o, w.o);
+    EXPECT_EQ(rel_diff(w.lse, a.lse), 0.0);
+    for (const auto* g : {&w.dq, &w.dk, &w.dv}) EXPECT_TRUE(all_finite(*g));
+    const double d_dq = rel_diff(w.dq, a.dq), d_dk = rel_diff(w.dk, a.dk), d_dv = rel_diff(w.dv, a.dv);
+    std::printf("  %s: dQ %.2e dK %.2e dV %.2e\n", recipe_name(recipe), d_dq, d_dk, d_dv);
+    EXPECT_GT(d_dq + d_dk + d_dv, 0.0);
+    EXPECT_LT(d_dq, 2e-2);
+    EXPECT_LT(d_dk, 2e-2);
+    EXPECT_LT(d_dv, 2e-2);
+  }
 }
 
 TEST(WgmmaSpec, CausalSafeAndDocumentsIsolatedBitwise) {
