@@ -14,6 +14,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "flamia/formats.h"
@@ -188,23 +189,49 @@ void dot_rows(const float* a, const float* bt, int n, int dim, int j0, int j1, f
   }
 }
 
+// Runs body(first, stride) on the machine's threads, worker w taking rows w, w + W, ... of
+// [0, n) (interleaved: the cost of a causal row grows or shrinks along the document). Every
+// row of the specification is an independent function, so the split cannot change a bit;
+// body must write only its own rows' results and keep its own scratch.
+template <class Body>
+void for_rows(int n, Body body) {
+  const int hw = int(std::thread::hardware_concurrency());
+  const int workers = std::max(1, std::min(hw, n / 64));
+  if (workers == 1) {
+    body(0, 1);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int w = 0; w < workers; ++w) pool.emplace_back([&body, w, workers] { body(w, workers); });
+  for (auto& t : pool) t.join();
+}
+
 // The wgmma step rule for the operands of a scheme: E4M3, or BF16 for the bf16 scheme.
 const tc::StepRule& wgmma_rule(Scheme scheme) {
   return scheme == Scheme::Bf16 ? tc::kHopperBF16 : tc::kHopperE4M3;
 }
 
-// S_j = q8·k8_j for keys j in [j0, j1) of a document (kt: its keys transposed, [D][n]):
-// the one definition of the raw scores that the forward and both backward passes use.
-// Wgmma: each dot product is the chain of D/32 (D/16) steps of the kernel's S = Q Kᵀ,
-// which is the same for (Q Kᵀ) and (K Qᵀ)ᵀ and for every instruction N (measured).
-void raw_scores(const EmulationConfig& cfg, const float* q, const float* kt, int n, int dim, int j0, int j1,
-                float* out) {
-  if (cfg.arith.s == Accumulation::Fp32) {
-    dot_rows(q, kt, n, dim, j0, j1, out);
+// out[j - j0] = a · row_j for keys j in [j0, j1) of a document, summed as `acc` says: FP32
+// over bt (the rows transposed, [D][n]), or the kernels' chain of D/32 (D/16) wgmma steps
+// over the rows themselves (rows(j): D contiguous values).
+template <class Rows>
+void row_dots(Accumulation acc, Scheme scheme, const float* a, const float* bt, Rows rows, int n, int dim, int j0,
+              int j1, float* out) {
+  if (acc == Accumulation::Fp32) {
+    dot_rows(a, bt, n, dim, j0, j1, out);
     return;
   }
-  const tc::StepRule& rule = wgmma_rule(cfg.scheme);
-  for (int j = j0; j < j1; ++j) out[j - j0] = tc::mma_dot(rule, q, kt + j, dim, n);
+  const tc::StepRule& rule = wgmma_rule(scheme);
+  for (int j = j0; j < j1; ++j) out[j - j0] = tc::mma_dot(rule, a, rows(j), dim);
+}
+
+// S_j = q8·k8_j for keys j in [j0, j1) of the document at `base` (kt: its keys transposed,
+// [D][n]): the one definition of the raw scores that the forward and both backward passes
+// use. Wgmma: each dot product is the chain of steps of the kernel's S = Q Kᵀ, which is the
+// same for (Q Kᵀ) and (K Qᵀ)ᵀ and for every instruction N (measured).
+void raw_scores(const EmulationConfig& cfg, const float* q, const float* kt, const Operand& k8, int64_t base,
+                int kvh, int n, int dim, int j0, int j1, float* out) {
+  row_dots(cfg.arith.s, cfg.scheme, q, kt, [&](int j) { return k8.row(base + j, kvh); }, n, dim, j0, j1, out);
 }
 
 // The visible key range of query row i in a document of length L.
@@ -262,7 +289,7 @@ void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
   for (int n0 = 0; n0 < jend; n0 += BN) {
     const int n1 = std::min(n0 + BN, jend), w = n1 - n0;
     // 1. logits of the visible keys (masked keys are simply not in [n0, n1)).
-    raw_scores(*cx.cfg, qi, kt.data(), L, D, n0, n1, s_buf);
+    raw_scores(*cx.cfg, qi, kt.data(), *cx.k, base, kvh, L, D, n0, n1, s_buf);
     for (int j = 0; j < w; ++j) s_buf[j] = (s_buf[j] * sq) * cx.k->s(base + n0 + j, kvh);
     // 2. running maximum.
     float tile_max = -kInf;
@@ -357,7 +384,6 @@ void forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, co
   const ForwardContext cx{&p, &cfg, &q8, &k8, &v8, softmax_c(p)};
   validate(cfg);
   const int BN = cfg.tiling.fwd_block_n;
-  std::vector<float> s_buf(BN), p_buf(BN), sv_buf(BN), acc(D), tile(D);
   for (int b = 0; b < p.num_docs(); ++b) {
     const int64_t base = p.cu_seqlens[b];
     const int L = int(p.cu_seqlens[b + 1] - base);
@@ -365,10 +391,13 @@ void forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, co
     for (int kvh = 0; kvh < Hkv; ++kvh) {
       const std::vector<float> kt = transpose_rows(k8, base, L, kvh);
       for (int h = kvh * group; h < (kvh + 1) * group; ++h)
-        for (int i = 0; i < L; ++i)
-          if (!rows || (*rows)[size_t(base + i)])
-            forward_row(cx, base, L, h, kvh, i, kt, s_buf.data(), p_buf.data(), sv_buf.data(), acc.data(),
-                        tile.data(), out + (size_t(base + i) * Hq + h) * D, lse + size_t(h) * T + base + i);
+        for_rows(L, [&](int first, int stride) {
+          std::vector<float> s_buf(BN), p_buf(BN), sv_buf(BN), acc(D), tile(D);
+          for (int i = first; i < L; i += stride)
+            if (!rows || (*rows)[size_t(base + i)])
+              forward_row(cx, base, L, h, kvh, i, kt, s_buf.data(), p_buf.data(), sv_buf.data(), acc.data(),
+                          tile.data(), out + (size_t(base + i) * Hq + h) * D, lse + size_t(h) * T + base + i);
+        });
     }
   }
 }
@@ -406,26 +435,25 @@ PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const O
   pm.dS.assign(size_t(L) * L, 0.0f);
   const std::vector<float> kt = transpose_rows(k8, base, L, kvh);
   const std::vector<float> vt = transpose_rows(v8, base, L, kvh);
-  std::vector<float> s(L), dp(L);
-  for (int i = 0; i < L; ++i) {
-    const int jend = key_end(i, L, p.causal);
-    const int64_t ti = base + i;
-    raw_scores(cfg, q8.row(ti, h), kt.data(), L, D, 0, jend, s.data());
-    if (cfg.arith.bwd == Accumulation::Fp32) {
-      dot_rows(do8.row(ti, h), vt.data(), L, D, 0, jend, dp.data());
-    } else {  // the kernels' dP (and dPᵀ) chain of D/32 steps, as S
-      const tc::StepRule& rule = wgmma_rule(cfg.scheme);
-      for (int j = 0; j < jend; ++j) dp[j] = tc::mma_dot(rule, do8.row(ti, h), vt.data() + j, D, L);
+  for_rows(L, [&](int first, int stride) {
+    std::vector<float> s(L), dp(L);
+    for (int i = first; i < L; i += stride) {
+      const int jend = key_end(i, L, p.causal);
+      const int64_t ti = base + i;
+      raw_scores(cfg, q8.row(ti, h), kt.data(), k8, base, kvh, L, D, 0, jend, s.data());
+      // dP (and the kernels' dPᵀ): the same chain of steps over D as S.
+      row_dots(cfg.arith.bwd, cfg.scheme, do8.row(ti, h), vt.data(), [&](int j) { return v8.row(base + j, kvh); }, L,
+               D, 0, jend, dp.data());
+      const float sq = q8.s(ti, h), sdo = do8.s(ti, h);
+      for (int j = 0; j < jend; ++j) {
+        const float S = (s[j] * sq) * k8.s(base + j, kvh);
+        const float P = std::exp2(std::fmaf(S, c, -lse2[i]));
+        const float dP = (dp[j] * sdo) * v8.s(base + j, kvh);
+        pm.P[size_t(i) * L + j] = P;
+        pm.dS[size_t(i) * L + j] = P * (dP - Drow[i]);
+      }
     }
-    const float sq = q8.s(ti, h), sdo = do8.s(ti, h);
-    for (int j = 0; j < jend; ++j) {
-      const float S = (s[j] * sq) * k8.s(base + j, kvh);
-      const float P = std::exp2(std::fmaf(S, c, -lse2[i]));
-      const float dP = (dp[j] * sdo) * v8.s(base + j, kvh);
-      pm.P[size_t(i) * L + j] = P;
-      pm.dS[size_t(i) * L + j] = P * (dP - Drow[i]);
-    }
-  }
+  });
   return pm;
 }
 
@@ -473,33 +501,35 @@ void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMat
                      float* dk_acc, float* dv_acc) {
   const int D = p.head_dim, BM = cfg.tiling.bwd_block_m;
   const BackwardPrecision prec = backward_precision(cfg);
-  std::vector<float> x(BM), tile(D), col;
-  for (int j = 0; j < L; ++j) {
-    float* dkj = dk_acc + size_t(j) * D;
-    float* dvj = dv_acc + size_t(j) * D;
-    const int ibeg = query_begin(j, p.causal);
-    for (int m0 = ibeg / BM * BM; m0 < L; m0 += BM) {
-      // Tile rows r in [0, n) are queries m0 + r; the visible ones start at r0.
-      const int r0 = std::max(m0, ibeg) - m0, n = std::min(m0 + BM, L) - m0;
-      std::fill(x.begin(), x.end(), 0.0f);
-      // dV: P with dO's scale folded in, times dO8.
-      for (int r = r0; r < n; ++r) x[r] = pm.P[size_t(m0 + r) * L + j] * do8.s(base + m0 + r, h);
-      float scale = round_tile_operand(x.data() + r0, n - r0, prec.pdo_fp8);
-      tile_product(cfg, prec.pdo_fp8, x.data(), r0, n, D, [&](int r) { return do8.row(base + m0 + r, h); },
-                   col, tile.data());
-      for (int d = 0; d < D; ++d) dvj[d] += scale * tile[d];
-      // dK: dS with Q's scale folded in, times q8 (fp8); or bf16(dS) times bf16 q.
-      for (int r = r0; r < n; ++r) {
-        const float ds = pm.dS[size_t(m0 + r) * L + j];
-        x[r] = prec.ds_fp8 ? ds * q8.s(base + m0 + r, h) : ds;
+  for_rows(L, [&](int first, int stride) {
+    std::vector<float> x(BM), tile(D), col;
+    for (int j = first; j < L; j += stride) {
+      float* dkj = dk_acc + size_t(j) * D;
+      float* dvj = dv_acc + size_t(j) * D;
+      const int ibeg = query_begin(j, p.causal);
+      for (int m0 = ibeg / BM * BM; m0 < L; m0 += BM) {
+        // Tile rows r in [0, n) are queries m0 + r; the visible ones start at r0.
+        const int r0 = std::max(m0, ibeg) - m0, n = std::min(m0 + BM, L) - m0;
+        std::fill(x.begin(), x.end(), 0.0f);
+        // dV: P with dO's scale folded in, times dO8.
+        for (int r = r0; r < n; ++r) x[r] = pm.P[size_t(m0 + r) * L + j] * do8.s(base + m0 + r, h);
+        float scale = round_tile_operand(x.data() + r0, n - r0, prec.pdo_fp8);
+        tile_product(cfg, prec.pdo_fp8, x.data(), r0, n, D, [&](int r) { return do8.row(base + m0 + r, h); },
+                     col, tile.data());
+        for (int d = 0; d < D; ++d) dvj[d] += scale * tile[d];
+        // dK: dS with Q's scale folded in, times q8 (fp8); or bf16(dS) times bf16 q.
+        for (int r = r0; r < n; ++r) {
+          const float ds = pm.dS[size_t(m0 + r) * L + j];
+          x[r] = prec.ds_fp8 ? ds * q8.s(base + m0 + r, h) : ds;
+        }
+        scale = round_tile_operand(x.data() + r0, n - r0, prec.ds_fp8);
+        tile_product(cfg, prec.ds_fp8, x.data(), r0, n, D,
+                     [&](int r) { return prec.ds_fp8 ? q8.row(base + m0 + r, h) : q8.bf16_row(base + m0 + r, h); },
+                     col, tile.data());
+        for (int d = 0; d < D; ++d) dkj[d] += scale * tile[d];
       }
-      scale = round_tile_operand(x.data() + r0, n - r0, prec.ds_fp8);
-      tile_product(cfg, prec.ds_fp8, x.data(), r0, n, D,
-                   [&](int r) { return prec.ds_fp8 ? q8.row(base + m0 + r, h) : q8.bf16_row(base + m0 + r, h); },
-                   col, tile.data());
-      for (int d = 0; d < D; ++d) dkj[d] += scale * tile[d];
     }
-  }
+  });
 }
 
 // dQ of one query head for the rows of one document: key tiles [n0, n0 + BN).
@@ -507,25 +537,27 @@ void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices
                 const Operand& k8, int64_t base, int L, int h, int kvh, uint16_t* dq) {
   const int D = p.head_dim, BN = cfg.tiling.bwd_block_n;
   const BackwardPrecision prec = backward_precision(cfg);
-  std::vector<float> x(BN), tile(D), acc(D), col;
-  for (int i = 0; i < L; ++i) {
-    for (int d = 0; d < D; ++d) acc[d] = 0.0f;
-    const int jend = key_end(i, L, p.causal);
-    for (int n0 = 0; n0 < jend; n0 += BN) {
-      const int w = std::min(n0 + BN, jend) - n0;
-      for (int r = 0; r < w; ++r) {
-        const float ds = pm.dS[size_t(i) * L + n0 + r];
-        x[r] = prec.ds_fp8 ? ds * k8.s(base + n0 + r, kvh) : ds;
+  for_rows(L, [&](int first, int stride) {
+    std::vector<float> x(BN), tile(D), acc(D), col;
+    for (int i = first; i < L; i += stride) {
+      for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+      const int jend = key_end(i, L, p.causal);
+      for (int n0 = 0; n0 < jend; n0 += BN) {
+        const int w = std::min(n0 + BN, jend) - n0;
+        for (int r = 0; r < w; ++r) {
+          const float ds = pm.dS[size_t(i) * L + n0 + r];
+          x[r] = prec.ds_fp8 ? ds * k8.s(base + n0 + r, kvh) : ds;
+        }
+        const float scale = round_tile_operand(x.data(), w, prec.ds_fp8);
+        tile_product(cfg, prec.ds_fp8, x.data(), 0, w, D,
+                     [&](int r) { return prec.ds_fp8 ? k8.row(base + n0 + r, kvh) : k8.bf16_row(base + n0 + r, kvh); },
+                     col, tile.data());
+        for (int d = 0; d < D; ++d) acc[d] += scale * tile[d];
       }
-      const float scale = round_tile_operand(x.data(), w, prec.ds_fp8);
-      tile_product(cfg, prec.ds_fp8, x.data(), 0, w, D,
-                   [&](int r) { return prec.ds_fp8 ? k8.row(base + n0 + r, kvh) : k8.bf16_row(base + n0 + r, kvh); },
-                   col, tile.data());
-      for (int d = 0; d < D; ++d) acc[d] += scale * tile[d];
+      uint16_t* out = dq + (size_t(base + i) * p.hq + h) * D;
+      for (int d = 0; d < D; ++d) out[d] = fmt::f32_to_bf16_bits(p.softmax_scale * acc[d]);
     }
-    uint16_t* out = dq + (size_t(base + i) * p.hq + h) * D;
-    for (int d = 0; d < D; ++d) out[d] = fmt::f32_to_bf16_bits(p.softmax_scale * acc[d]);
-  }
+  });
 }
 
 }  // namespace

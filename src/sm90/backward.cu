@@ -150,6 +150,14 @@ __device__ __forceinline__ void store_rows_bf16(uint16_t* out, int64_t row_strid
   }
 }
 
+// Resident CTAs per SM that the register budget is cut for (65536 registers / (128 x CTAs)):
+// one warpgroup per CTA leaves latency to hide across CTAs. dK/dV at D = 128 holds two
+// 64 x 128 FP32 accumulators and a fresh product (~224 registers), and fp8_mixed's at D = 64
+// spills at 168: two CTAs; the others fit three (<= 168 registers) next to their shared memory.
+template <int D, bool kMixed>
+constexpr int kDkdvCtasPerSm = D == 128 || kMixed ? 2 : 3;
+constexpr int kDqCtasPerSm = 3;
+
 // =====================================================================================
 // fp8_mixed's BF16 operand: one staging tile of rows, transposed before use
 // =====================================================================================
@@ -255,7 +263,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int stage, 
 }
 
 template <int D, bool kMixed>
-__global__ void __launch_bounds__(kThreads) dkdv_kernel(const __grid_constant__ BwdArgs a) {
+__global__ void __launch_bounds__(kThreads, kDkdvCtasPerSm<D, kMixed>) dkdv_kernel(const __grid_constant__ BwdArgs a) {
   using S = DkdvSmem<D, kMixed>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.x / a.hkv, hk = blockIdx.x % a.hkv;
@@ -421,7 +429,7 @@ __device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int stage, cons
 }
 
 template <int D, bool kMixed>
-__global__ void __launch_bounds__(kThreads) dq_kernel(const __grid_constant__ BwdArgs a) {
+__global__ void __launch_bounds__(kThreads, kDqCtasPerSm) dq_kernel(const __grid_constant__ BwdArgs a) {
   using S = DqSmem<D, kMixed>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
