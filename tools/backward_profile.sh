@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Where the backward's time goes: Nsight Compute on one launch of each backward kernel
+# (dK/dV, dQ) at fixed-16k, fp8 — throughput, occupancy, issue and stall reasons.
+#   bash tools/backward_profile.sh          (OUT: log folder, default ./out; BUILD_DIR: build-gpu)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+BUILD=${BUILD_DIR:-build-gpu}
+mkdir -p "$OUT"
+GEN=()
+command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G Ninja)
+{ cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release &&
+  cmake --build "$BUILD" -j"$(nproc)" --target flamia_bench; } >"$OUT/build.log" 2>&1 ||
+  { tail -30 "$OUT/build.log"; exit 1; }
+command -v ncu >/dev/null 2>&1 || { echo "backward_profile: ncu not found"; exit 2; }
+for k in dkdv_kernel dq_kernel; do
+  echo "==== ncu: $k, fixed-16k fp8"
+  timeout 240 ncu --clock-control none -k "regex:$k" -c 1 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SchedulerStats --print-details all \
+    "$BUILD/flamia_bench" --workloads fixed-16k --recipes fp8 --iters 1 --warmup 0 >"$OUT/ncu_$k.txt" 2>&1
+  grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Compute \(SM\) Throughput|Memory Throughput|Stall [A-Z]|Warp Cycles Per Issued" \
+    "$OUT/ncu_$k.txt" | head -45
+done
