@@ -24,6 +24,7 @@
 // rows in one staging tile and is transposed in shared memory before the step that uses it.
 // FP8 tiles are double-buffered cp.async stages; after cp.async lands (and after the BF16
 // transpose), each writing thread fences the async proxy before the CTA barrier.
+#include "common/tiles.h"
 #include "quantize/quantize.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
@@ -58,7 +59,8 @@ struct BwdArgs {
   const uint16_t* k;
   int64_t q_stride_t, q_stride_h, k_stride_t, k_stride_h;
   const int32_t* cu_seqlens;
-  WorkList work;
+  WorkList work;      // 64-token tiles: the dQ pass's query tiles
+  WorkList key_work;  // 128-token tiles: the dK/dV pass's key tiles
   uint16_t* dq;         // bf16 [T, Hq, D]
   uint16_t* dk;         // bf16 [T, Hkv, D]
   uint16_t* dv;         // bf16 [T, Hkv, D]
@@ -150,13 +152,18 @@ __device__ __forceinline__ void store_rows_bf16(uint16_t* out, int64_t row_strid
   }
 }
 
-// Resident CTAs per SM that the register budget is cut for (65536 registers / (128 x CTAs)):
-// one warpgroup per CTA leaves latency to hide across CTAs. dK/dV at D = 128 holds two
-// 64 x 128 FP32 accumulators and a fresh product (~224 registers), and fp8_mixed's at D = 64
-// spills at 168: two CTAs; the others fit three (<= 168 registers) next to their shared memory.
-template <int D, bool kMixed>
-constexpr int kDkdvCtasPerSm = D == 128 || kMixed ? 2 : 3;
+// The dQ kernel is one warpgroup per CTA, cut for three resident CTAs per SM (168 registers
+// of 65536 / (3 x 128)): latency is hidden across CTAs.
 constexpr int kDqCtasPerSm = 3;
+
+// The dK/dV CTA: two warpgroups, each owning 64 keys of a 128-key tile, sharing every
+// query-side stage, so each byte loaded feeds the products of 128 keys (a 64-key CTA was
+// waiting on memory: docs/PERFORMANCE.md v6b). Each warpgroup holds its keys' dK and dV
+// accumulators and a fresh product (~224 registers): one CTA of 256 threads per SM.
+constexpr int kDkdvWarpgroups = 2;
+constexpr int kDkdvThreads = kDkdvWarpgroups * kThreads;
+constexpr int kDkdvKeys = kDkdvWarpgroups * kTileTokens;
+static_assert(kDkdvKeys == tiles::kFwdBlockM, "the dK/dV pass walks the 128-token work list");
 
 // =====================================================================================
 // fp8_mixed's BF16 operand: one staging tile of rows, transposed before use
@@ -175,16 +182,17 @@ struct Bf16Operand {
 // (this thread's: wait; everyone's: the barrier), its FP8 tiles are visible to wgmma, and
 // (fp8_mixed) its BF16 rows are transposed into the operand tile, whose staging tile is then
 // free for the next step's rows (load_next_rows, committed as its own cp.async group).
+// In a CTA of several warpgroups, one of them (`owner`) loads and transposes those rows.
 template <int D, bool kMixed, class LoadNextRows>
-__device__ __forceinline__ void step_ready(uint8_t* smem, int bf16_at, LoadNextRows load_next_rows) {
+__device__ __forceinline__ void step_ready(uint8_t* smem, int bf16_at, bool owner, LoadNextRows load_next_rows) {
   wgmma::fence_proxy_async();  // the cp.async writes become visible to wgmma
   __syncthreads();
   if constexpr (kMixed) {
     using B = Bf16Operand<D, kMixed>;
-    transpose_bf16_rows<D>(smem + bf16_at + B::kCols, smem + bf16_at + B::kRows);
+    if (owner) transpose_bf16_rows<D>(smem + bf16_at + B::kCols, smem + bf16_at + B::kRows);
     wgmma::fence_proxy_async();
     __syncthreads();
-    load_next_rows();
+    if (owner) load_next_rows();
     ptx::cp_async_commit();
   }
 }
@@ -195,13 +203,16 @@ __device__ __forceinline__ void step_ready(uint8_t* smem, int bf16_at, LoadNextR
 
 template <int D, bool kMixed>
 struct DkdvSmem {
-  static constexpr int kK = 0;                         // A of Sᵀ
-  static constexpr int kV = kK + ScoreTile<D>::kBytes;  // A of dPᵀ
-  static constexpr int kSk = kV + ScoreTile<D>::kBytes;  // per-key scales
+  // Warpgroup w's keys at keys(w): its K (A of Sᵀ) and V (A of dPᵀ) tiles and key scales.
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + ScoreTile<D>::kBytes;
+  static constexpr int kSk = kV + ScoreTile<D>::kBytes;
   static constexpr int kSv = kSk + kScalarTileBytes;
-  static constexpr int kBf16 = kSv + kScalarTileBytes;  // Bf16Operand (fp8_mixed: Q)
+  static constexpr int kKeyBytes = kSv + kScalarTileBytes;
+  static constexpr int keys(int w) { return w * kKeyBytes; }
+  static constexpr int kBf16 = kDkdvWarpgroups * kKeyBytes;  // Bf16Operand (fp8_mixed: Q)
   static constexpr int kStage0 = kBf16 + Bf16Operand<D, kMixed>::kBytes;
-  // One stage: a query tile of one head.
+  // One stage: a query tile of one head, read by both warpgroups.
   static constexpr int kQ = 0;                                   // B of Sᵀ
   static constexpr int kDo = kQ + ScoreTile<D>::kBytes;           // B of dPᵀ
   static constexpr int kDot = kDo + ScoreTile<D>::kBytes;         // B of dV: dOᵀ
@@ -215,31 +226,33 @@ struct DkdvSmem {
   static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
 };
 
-// One query tile for a warp's 16 key rows j0, j0 + 8 (document positions).
+// One query tile for the 64 keys at `keys` (a warpgroup's DkdvSmem::keys), this warp's 16
+// key rows j0, j0 + 8 (document positions).
 template <int D, bool kMixed, bool kMask>
-__device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int stage, const DocMask& mask, int j0,
-                                                int m0, float c, float (&dk)[D / 8][4], float (&dv)[D / 8][4]) {
+__device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, int stage, const DocMask& mask,
+                                                int j0, int m0, float c, float (&dk)[D / 8][4],
+                                                float (&dv)[D / 8][4]) {
   using S = DkdvSmem<D, kMixed>;
-  const uint32_t base = ptx::smem_addr(smem), st = base + S::stage(stage);
+  const uint32_t base = ptx::smem_addr(smem), st = base + S::stage(stage), kb = base + keys;
   const uint8_t* st_ptr = smem + S::stage(stage);
   const float* sq = reinterpret_cast<const float*>(st_ptr + S::kSqT);
   const float* sdo = reinterpret_cast<const float*>(st_ptr + S::kSdoT);
   const float* lse = reinterpret_cast<const float*>(st_ptr + S::kLseT);
   const float* dvec = reinterpret_cast<const float*>(st_ptr + S::kDvecT);
-  const int q = lane_id() & 3, row0 = 16 * warp_id();
-  // This lane's key rows are row0 + g and row0 + g + 8 of the tile.
+  const int q = lane_id() & 3, row0 = 16 * (warp_id() & 3);
+  // This lane's key rows are row0 + g and row0 + g + 8 of the warpgroup's 64 keys.
   float sk_row[2], sv_row[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int j = row0 + (lane_id() >> 2) + 8 * r;
-    sk_row[r] = reinterpret_cast<const float*>(smem + S::kSk)[j];
-    sv_row[r] = reinterpret_cast<const float*>(smem + S::kSv)[j];
+    sk_row[r] = reinterpret_cast<const float*>(smem + keys + S::kSk)[j];
+    sv_row[r] = reinterpret_cast<const float*>(smem + keys + S::kSv)[j];
   }
 
   TileAcc s, dp;  // Sᵀ and dPᵀ: rows = keys, columns = queries
   wgmma::fence();
-  issue_scores<D>(s, base + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
-  issue_row_dots<D>(dp, base + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
+  issue_scores<D>(s, kb + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
+  issue_row_dots<D>(dp, kb + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
   wgmma::wait<0>();
   wgmma::pin(s);
   wgmma::pin(dp);
@@ -263,32 +276,39 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int stage, 
 }
 
 template <int D, bool kMixed>
-__global__ void __launch_bounds__(kThreads, kDkdvCtasPerSm<D, kMixed>) dkdv_kernel(const __grid_constant__ BwdArgs a) {
+__global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_constant__ BwdArgs a) {
   using S = DkdvSmem<D, kMixed>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.x / a.hkv, hk = blockIdx.x % a.hkv;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
-  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
+  if (slot >= item_count(a.key_work) || a.status->fault != guard::kNone) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.key_work, slot);
   if (dt.len == 0) return;
-  // Item t of a document is its key tile nt - 1 - t when causal (cost order, schedule.cuh).
+  // Item t of a document is its 128-key tile nt - 1 - t when causal (cost order, schedule.cuh).
   const int n = a.causal ? dt.num_tiles - 1 - dt.tile : dt.tile;
-  const int n0 = n * kTileTokens;
+  const int wg = int(threadIdx.x) / kThreads;
+  // This warpgroup's 64 keys: the 64-token key tile nw, keys [kw0, kw0 + valid_k).
+  const int nw = kDkdvWarpgroups * n + wg, kw0 = nw * kTileTokens;
+  const int valid_k = min(kTileTokens, dt.len - kw0);  // <= 0: no keys (the document ends first)
   const int group = a.hq / a.hkv;
-  const int m_first = a.causal ? n : 0, num_query_tiles = dt.num_tiles - m_first;
+  const int num_query_tiles_doc = (dt.len + kTileTokens - 1) / kTileTokens;
+  // Query tiles from the first that sees the CTA's first keys (causal); a warpgroup skips
+  // the tiles that see none of its own keys.
+  const int m_first = a.causal ? kDkdvWarpgroups * n : 0, num_query_tiles = num_query_tiles_doc - m_first;
   const int steps = group * num_query_tiles;  // (query head, query tile), head-major
   const DocMask mask{dt.len, a.causal};
   const uint32_t base = ptx::smem_addr(smem);
 
   const int64_t q_row = int64_t(a.hq) * D, kv_row = int64_t(a.hkv) * D;
-  const int64_t kv_off = (dt.tok0 + n0) * kv_row + hk * D;
-  const int valid_k = min(kTileTokens, dt.len - n0);
-  load_kmajor_rows<D>(base + S::kK, a.k8 + kv_off, kv_row, valid_k);
-  load_kmajor_rows<D>(base + S::kV, a.v8 + kv_off, kv_row, valid_k);
-  {
-    const int64_t tok_off = hk * a.total_tokens + dt.tok0 + n0;
-    if (threadIdx.x < kTileTokens) load_scalar(base + S::kSk, a.sk + tok_off, valid_k, threadIdx.x);
-    else load_scalar(base + S::kSv, a.sv + tok_off, valid_k, threadIdx.x - kTileTokens);
+  if (valid_k > 0) {
+    const int64_t kv_off = (dt.tok0 + kw0) * kv_row + hk * D;
+    const uint32_t kb = base + S::keys(wg);
+    load_kmajor_rows<D>(kb + S::kK, a.k8 + kv_off, kv_row, valid_k);
+    load_kmajor_rows<D>(kb + S::kV, a.v8 + kv_off, kv_row, valid_k);
+    const int64_t tok_off = hk * a.total_tokens + dt.tok0 + kw0;
+    const int i = tile_tid();
+    if (i < kTileTokens) load_scalar(kb + S::kSk, a.sk + tok_off, valid_k, i);
+    else load_scalar(kb + S::kSv, a.sv + tok_off, valid_k, i - kTileTokens);
   }
   ptx::cp_async_commit();
 
@@ -296,28 +316,29 @@ __global__ void __launch_bounds__(kThreads, kDkdvCtasPerSm<D, kMixed>) dkdv_kern
     *h = hk * group + step / num_query_tiles;
     *m0 = (m_first + step % num_query_tiles) * kTileTokens;
   };
+  // Warpgroup 0 loads the row tiles and sq, lse; warpgroup 1 the column tiles and sdo, D.
   auto load_query_tile = [&](int step) {
     int h, m0;
     query_tile(step, &h, &m0);
     const int valid = min(kTileTokens, dt.len - m0);
     const uint32_t st = base + S::stage(step & 1);
-    const int64_t row_off = (dt.tok0 + m0) * q_row + h * D;
-    const int64_t col_off = int64_t(h) * D * a.tpad + dt.pstart + m0;
-    load_kmajor_rows<D>(st + S::kQ, a.q8 + row_off, q_row, valid);
-    load_kmajor_rows<D>(st + S::kDo, a.do8 + row_off, q_row, valid);
-    load_kmajor_cols<D>(st + S::kDot, a.dot8 + col_off, a.tpad, valid);
-    if constexpr (!kMixed) load_kmajor_cols<D>(st + S::kQt, a.qt8 + col_off, a.tpad, valid);
     const int64_t tok_off = h * a.total_tokens + dt.tok0 + m0;
-    const int i = threadIdx.x & 63;
-    if (threadIdx.x < kTileTokens) {
-      load_scalar(st + S::kSqT, a.sq + tok_off, valid, i);
-      load_scalar(st + S::kLseT, a.lse + tok_off, valid, i);
+    const int i = tile_tid() & 63;
+    if (wg == 0) {
+      const int64_t row_off = (dt.tok0 + m0) * q_row + h * D;
+      load_kmajor_rows<D>(st + S::kQ, a.q8 + row_off, q_row, valid);
+      load_kmajor_rows<D>(st + S::kDo, a.do8 + row_off, q_row, valid);
+      if (tile_tid() < kTileTokens) load_scalar(st + S::kSqT, a.sq + tok_off, valid, i);
+      else load_scalar(st + S::kLseT, a.lse + tok_off, valid, i);
     } else {
-      load_scalar(st + S::kSdoT, a.sdo + tok_off, valid, i);
-      load_scalar(st + S::kDvecT, a.dvec + tok_off, valid, i);
+      const int64_t col_off = int64_t(h) * D * a.tpad + dt.pstart + m0;
+      load_kmajor_cols<D>(st + S::kDot, a.dot8 + col_off, a.tpad, valid);
+      if constexpr (!kMixed) load_kmajor_cols<D>(st + S::kQt, a.qt8 + col_off, a.tpad, valid);
+      if (tile_tid() < kTileTokens) load_scalar(st + S::kSdoT, a.sdo + tok_off, valid, i);
+      else load_scalar(st + S::kDvecT, a.dvec + tok_off, valid, i);
     }
   };
-  // fp8_mixed: the BF16 Q rows of a step, into the staging tile.
+  // fp8_mixed: the BF16 Q rows of a step, into the staging tile (warpgroup 1).
   auto load_q_rows = [&](int step) {
     if (step >= steps) return;
     int h, m0;
@@ -329,11 +350,11 @@ __global__ void __launch_bounds__(kThreads, kDkdvCtasPerSm<D, kMixed>) dkdv_kern
   load_query_tile(0);
   ptx::cp_async_commit();
   if constexpr (kMixed) {
-    load_q_rows(0);
+    if (wg == 1) load_q_rows(0);
     ptx::cp_async_commit();
   }
 
-  const int j0 = n0 + 16 * warp_id() + (lane_id() >> 2);  // this lane's keys: j0, j0 + 8
+  const int j0 = kw0 + 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's keys: j0, j0 + 8
   float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
   for (int c = 0; c < D / 8; ++c)
@@ -346,20 +367,25 @@ __global__ void __launch_bounds__(kThreads, kDkdvCtasPerSm<D, kMixed>) dkdv_kern
     ptx::cp_async_wait<1>();  // all but the next step's FP8 tiles landed (this thread's copies)
     const int m = m_first + step % num_query_tiles, m0 = m * kTileTokens;
     uint8_t* st_ptr = smem + S::stage(step & 1);
-    clear_kmajor_cols_tail<D>(st_ptr + S::kDot, dt.len - m0);
-    if constexpr (!kMixed) clear_kmajor_cols_tail<D>(st_ptr + S::kQt, dt.len - m0);
-    step_ready<D, kMixed>(smem, S::kBf16, [&] { load_q_rows(step + 1); });
-    if (mask_needed_for_key_rows(mask, m, n, kTileTokens))
-      dkdv_query_tile<D, kMixed, true>(smem, step & 1, mask, j0, m0, a.c, dk, dv);
-    else
-      dkdv_query_tile<D, kMixed, false>(smem, step & 1, mask, j0, m0, a.c, dk, dv);
+    if (wg == 1) {  // the threads that copied the column tiles clear their tails
+      clear_kmajor_cols_tail<D>(st_ptr + S::kDot, dt.len - m0);
+      if constexpr (!kMixed) clear_kmajor_cols_tail<D>(st_ptr + S::kQt, dt.len - m0);
+    }
+    step_ready<D, kMixed>(smem, S::kBf16, wg == 1, [&] { load_q_rows(step + 1); });
+    // Causal: query tile m sees this warpgroup's keys only from m = nw on.
+    if (valid_k > 0 && (!a.causal || m >= nw)) {
+      if (mask_needed_for_key_rows(mask, m, nw, kTileTokens))
+        dkdv_query_tile<D, kMixed, true>(smem, S::keys(wg), step & 1, mask, j0, m0, a.c, dk, dv);
+      else
+        dkdv_query_tile<D, kMixed, false>(smem, S::keys(wg), step & 1, mask, j0, m0, a.c, dk, dv);
+    }
     __syncthreads();  // the stage is refilled by the next step's prefetch
   }
 
   // Every key row of the document is written, also those no query sees (zeros).
   const int64_t out_off = dt.tok0 * kv_row + hk * D;
-  store_rows_bf16<D>(a.dk + out_off, kv_row, dk, a.softmax_scale, n0 + 16 * warp_id(), dt.len);
-  store_rows_bf16<D>(a.dv + out_off, kv_row, dv, 1.0f, n0 + 16 * warp_id(), dt.len);
+  store_rows_bf16<D>(a.dk + out_off, kv_row, dk, a.softmax_scale, kw0 + 16 * (warp_id() & 3), dt.len);
+  store_rows_bf16<D>(a.dv + out_off, kv_row, dv, 1.0f, kw0 + 16 * (warp_id() & 3), dt.len);
 }
 
 // =====================================================================================
@@ -501,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, kDqCtasPerSm) dq_kernel(const __grid
     ptx::cp_async_wait<1>();  // all but the next key tile's FP8 tiles landed (this thread's copies)
     const int n0 = n * kTileTokens;
     if constexpr (!kMixed) clear_kmajor_cols_tail<D>(smem + S::stage(n & 1) + S::kKt, dt.len - n0);
-    step_ready<D, kMixed>(smem, S::kBf16, [&] { load_k_rows(n + 1); });
+    step_ready<D, kMixed>(smem, S::kBf16, true, [&] { load_k_rows(n + 1); });
     if (mask_needed_for_query_rows(mask, dt.tile, n, kTileTokens))
       dq_key_tile<D, kMixed, true>(smem, n & 1, mask, i0, n0, a.c, dq);
     else
@@ -517,15 +543,16 @@ __global__ void __launch_bounds__(kThreads, kDqCtasPerSm) dq_kernel(const __grid
 // =====================================================================================
 
 template <int D, bool kMixed>
-cudaError_t launch_backward(const BwdArgs& a, int64_t slots, cudaStream_t stream) {
+cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
   constexpr int kDkdvSmem = DkdvSmem<D, kMixed>::kBytes, kDqSmem = DqSmem<D, kMixed>::kBytes;
   cudaError_t attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed>), kDkdvSmem);
   if (attr == cudaSuccess) attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_kernel<D, kMixed>), kDqSmem);
   if (attr != cudaSuccess) return attr;
-  dkdv_kernel<D, kMixed><<<unsigned(slots * a.hkv), kThreads, kDkdvSmem, stream>>>(a);
+  // One CTA per (work-list slot, head), the head fastest (schedule.cuh).
+  dkdv_kernel<D, kMixed><<<unsigned(int64_t(a.key_work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  dq_kernel<D, kMixed><<<unsigned(slots * a.hq), kThreads, kDqSmem, stream>>>(a);
+  dq_kernel<D, kMixed><<<unsigned(int64_t(a.work.capacity) * a.hq), kThreads, kDqSmem, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -571,6 +598,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.k_stride_h = p.k_stride_h;
   a.cu_seqlens = p.cu_seqlens;
   a.work = work_list(base, layout, layout.work);
+  a.key_work = work_list(base, layout, layout.fwd_work);
   a.dq = static_cast<uint16_t*>(dq);
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
@@ -581,11 +609,10 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.causal = p.causal;
   a.c = p.softmax_scale * kLog2e;
   a.softmax_scale = p.softmax_scale;
-  const int64_t slots = layout.work.capacity;
   if (p.head_dim == 64)
-    return mixed ? launch_backward<64, true>(a, slots, p.stream) : launch_backward<64, false>(a, slots, p.stream);
+    return mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
   if (p.head_dim == 128)
-    return mixed ? launch_backward<128, true>(a, slots, p.stream) : launch_backward<128, false>(a, slots, p.stream);
+    return mixed ? launch_backward<128, true>(a, p.stream) : launch_backward<128, false>(a, p.stream);
   return cudaErrorInvalidValue;
 }
 

@@ -12,7 +12,7 @@
 // query heads sharing a kv head run side by side (K/V reuse in L2); slots past the real item
 // count (item_count) exit at once, and so does a CTA whose item has len == 0. After an
 // invalid cu_seqlens the count is 0 (quantize/guard.h): every kernel that walks the list
-// through item_count and doc_tile does no work, and a last kernel fills the outputs with NaN. The backward's dK/dV kernel reads item (b, t) as key tile
+// through item_count and doc_tile does no work, and a last kernel fills the outputs with NaN. The backward's dK/dV kernel reads item (b, t) of the 128-token list as key tile
 // nt_b - 1 - t when causal: that key tile is seen by t + 1 query tiles, the same cost order.
 #pragma once
 

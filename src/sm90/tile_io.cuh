@@ -1,4 +1,4 @@
-// Shared-memory operand tiles and their cp.async loaders (128 threads per CTA).
+// Shared-memory operand tiles and their cp.async loaders (one warpgroup of 128 threads each).
 //
 // Every tile covers 64 tokens of one document and one head. Rows are padded by 16 bytes:
 // the eight 16-byte rows one ldmatrix phase reads then start in distinct 4-bank groups
@@ -20,6 +20,10 @@ namespace sm90 {
 constexpr int kThreads = 128;  // 4 warps x 16 rows of a 64-row tile
 constexpr int kTileTokens = 64;
 constexpr int kRowPad = 16;
+
+// The loaders below are run by one warpgroup (128 threads): this thread's index in it. A CTA
+// of several warpgroups gives each tile to one of them.
+__device__ __forceinline__ int tile_tid() { return int(threadIdx.x) & (kThreads - 1); }
 
 // [64 tokens][D] FP8, D contiguous (natural layout; operand of the D-reducing matmuls).
 template <int D>
@@ -48,7 +52,7 @@ template <int D>
 __device__ __forceinline__ void load_fp8_rows(uint32_t dst, const uint8_t* src, int64_t row_stride,
                                               int valid) {
   constexpr int kChunks = D / 16, kRowsPerPass = kThreads / kChunks;
-  const int r0 = int(threadIdx.x) / kChunks, c = int(threadIdx.x) % kChunks;
+  const int r0 = tile_tid() / kChunks, c = tile_tid() % kChunks;
   dst += r0 * Fp8RowTile<D>::kStride + 16 * c;
   src += 16 * c;
 #pragma unroll
@@ -70,7 +74,7 @@ __device__ __forceinline__ void load_kmajor_rows(uint32_t dst, const uint8_t* sr
   constexpr int kChunks = D / 16;
 #pragma unroll
   for (int k = 0; k < kTileTokens * kChunks / kThreads; ++k) {
-    const int idx = int(threadIdx.x) + k * kThreads;
+    const int idx = tile_tid() + k * kThreads;
     const int c = (idx >> 3) % kChunks, r = (idx & 7) + 8 * (idx / (8 * kChunks));
     // Skipped rows read nothing; their address is clamped to a valid row of the tile.
     ptx::cp_async_16(dst + Tile::chunk_offset(r, c), src + min(r, valid - 1) * row_stride + 16 * c, r < valid);
@@ -82,7 +86,7 @@ template <int D>
 __device__ __forceinline__ void load_bf16_rows(uint32_t dst, const uint16_t* src, int64_t row_stride,
                                                int valid) {
   constexpr int kChunks = 2 * D / 16, kRowsPerPass = kThreads / kChunks;
-  const int r0 = int(threadIdx.x) / kChunks, c = int(threadIdx.x) % kChunks;
+  const int r0 = tile_tid() / kChunks, c = tile_tid() % kChunks;
   dst += r0 * Bf16RowTile<D>::kStride + 16 * c;
   src += 8 * c;
 #pragma unroll
@@ -98,7 +102,7 @@ __device__ __forceinline__ void load_bf16_rows(uint32_t dst, const uint16_t* src
 template <int D>
 __device__ __forceinline__ void load_fp8_cols(uint32_t dst, const uint8_t* src, int64_t tpad, int valid) {
   constexpr int kRowsPerPass = kThreads / 4;
-  const int d0 = int(threadIdx.x) >> 2, c = int(threadIdx.x) & 3;
+  const int d0 = tile_tid() >> 2, c = tile_tid() & 3;
   const bool ok = 16 * c < valid;
   dst += d0 * Fp8ColTile<D>::kStride + 16 * c;
   src += d0 * tpad + 16 * min(c, (valid - 1) >> 4);  // skipped groups: an in-document address
@@ -122,7 +126,7 @@ template <int D>
 __device__ __forceinline__ void load_kmajor_cols(uint32_t dst, const uint8_t* src, int64_t tpad, int valid) {
 #pragma unroll
   for (int k = 0; k < D * 4 / kThreads; ++k) {
-    const int idx = int(threadIdx.x) + k * kThreads;
+    const int idx = tile_tid() + k * kThreads;
     const int c = (idx >> 3) & 3, d = (idx & 7) + 8 * (idx >> 5);
     const bool ok = 16 * c < valid;
     ptx::cp_async_16(dst + ColTile<D>::chunk_offset(d, c), src + d * tpad + (ok ? 16 * c : 0), ok);
@@ -146,12 +150,12 @@ __device__ __forceinline__ void tail_group_mask(int keep, uint32_t (&mask)[4]) {
 template <int D>
 __device__ __forceinline__ void clear_cols_tail(uint8_t* tile, int valid) {
   const int group = valid >> 4, keep = valid & 15;
-  if (valid >= kTileTokens || keep == 0 || (threadIdx.x & 3) != group) return;
+  if (valid >= kTileTokens || keep == 0 || (tile_tid() & 3) != group) return;
   uint32_t mask[4];
   tail_group_mask(keep, mask);
 #pragma unroll
   for (int k = 0; k < D * 4 / kThreads; ++k) {
-    const int d = (int(threadIdx.x) >> 2) + k * (kThreads / 4);
+    const int d = (tile_tid() >> 2) + k * (kThreads / 4);
     uint4* p = reinterpret_cast<uint4*>(tile + d * Fp8ColTile<D>::kStride + 16 * group);
     uint4 v = *p;
     v.x &= mask[0]; v.y &= mask[1]; v.z &= mask[2]; v.w &= mask[3];
@@ -165,12 +169,12 @@ __device__ __forceinline__ void clear_cols_tail(uint8_t* tile, int valid) {
 template <int D>
 __device__ __forceinline__ void clear_kmajor_cols_tail(uint8_t* tile, int valid) {
   const int group = valid >> 4, keep = valid & 15;
-  if (valid >= kTileTokens || keep == 0 || ((int(threadIdx.x) >> 3) & 3) != group) return;
+  if (valid >= kTileTokens || keep == 0 || ((tile_tid() >> 3) & 3) != group) return;
   uint32_t mask[4];
   tail_group_mask(keep, mask);
 #pragma unroll
   for (int k = 0; k < D * 4 / kThreads; ++k) {
-    const int idx = int(threadIdx.x) + k * kThreads;
+    const int idx = tile_tid() + k * kThreads;
     const int d = (idx & 7) + 8 * (idx >> 5);
     uint4* p = reinterpret_cast<uint4*>(tile + ColTile<D>::chunk_offset(d, group));
     uint4 v = *p;
@@ -190,7 +194,7 @@ __device__ __forceinline__ void transpose_bf16_rows(uint8_t* dst, const uint8_t*
   constexpr int kChunks = 2 * D / 16;  // 16-byte chunks per token row
 #pragma unroll 4
   for (int k = 0; k < kTileTokens * kChunks / kThreads; ++k) {
-    const int idx = int(threadIdx.x) + k * kThreads;
+    const int idx = tile_tid() + k * kThreads;
     const int t = idx & (kTileTokens - 1), c = idx / kTileTokens;  // lanes over tokens
     const uint4 v = *reinterpret_cast<const uint4*>(rows + t * Bf16RowTile<D>::kStride + 16 * c);
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
