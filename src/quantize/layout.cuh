@@ -95,7 +95,7 @@ struct Qkv8Layout {
   size_t q8 = 0, k8 = 0, vt8 = 0;           // [T,Hq,D], [T,Hkv,D], [Hkv][D][Tpad]
   size_t sq = 0, sk = 0, sv = 0;            // fp32 [H][T]
   WorkListRegions work;                     // 64-token tiles
-  WorkListRegions fwd_work;                 // 128-token tiles: the fast forward's query tiles, the dK/dV pass's key tiles
+  WorkListRegions fwd_work;                 // 128-token tiles: the fast forward and the backward
   size_t status = 0;                        // guard::DeviceError of the last call (guard.h)
   size_t fingerprint = 0;                   // uint64: what the contents were quantized for
   // Backward-only regions (0 when absent).

@@ -59,8 +59,7 @@ struct BwdArgs {
   const uint16_t* k;
   int64_t q_stride_t, q_stride_h, k_stride_t, k_stride_h;
   const int32_t* cu_seqlens;
-  WorkList work;      // 64-token tiles: the dQ pass's query tiles
-  WorkList key_work;  // 128-token tiles: the dK/dV pass's key tiles
+  WorkList work;  // 128-token tiles: the dK/dV pass's key tiles, the dQ pass's query tiles
   uint16_t* dq;         // bf16 [T, Hq, D]
   uint16_t* dk;         // bf16 [T, Hkv, D]
   uint16_t* dv;         // bf16 [T, Hkv, D]
@@ -152,18 +151,21 @@ __device__ __forceinline__ void store_rows_bf16(uint16_t* out, int64_t row_strid
   }
 }
 
-// The dQ kernel is one warpgroup per CTA, cut for three resident CTAs per SM (168 registers
-// of 65536 / (3 x 128)): latency is hidden across CTAs.
-constexpr int kDqCtasPerSm = 3;
-
-// The dK/dV CTA: two warpgroups, each owning 64 keys of a 128-key tile, sharing every
-// query-side stage, so each byte loaded feeds the products of 128 keys (a 64-key CTA was
-// waiting on memory: docs/PERFORMANCE.md v6b). Each warpgroup holds its keys' dK and dV
-// accumulators and a fresh product (~224 registers): one CTA of 256 threads per SM.
+// Both passes run CTAs of two warpgroups, each owning 64 rows (keys for dK/dV, queries for
+// dQ) of a 128-token tile and sharing every stage of the other side, so each byte loaded
+// feeds the products of 128 rows (a 64-row CTA was waiting on memory: docs/PERFORMANCE.md
+// v6b, v7). A warpgroup holds its rows' accumulators and a fresh product (up to ~224
+// registers): one CTA of 256 threads per SM. Both walk the 128-token work list.
 constexpr int kDkdvWarpgroups = 2;
 constexpr int kDkdvThreads = kDkdvWarpgroups * kThreads;
-constexpr int kDkdvKeys = kDkdvWarpgroups * kTileTokens;
-static_assert(kDkdvKeys == tiles::kFwdBlockM, "the dK/dV pass walks the 128-token work list");
+constexpr int kDqWarpgroups = 2;
+constexpr int kDqThreads = kDqWarpgroups * kThreads;
+// At D = 64 the dQ CTA fits in 128 registers a thread: two CTAs (16 warps) per SM.
+template <int D>
+constexpr int kDqCtasPerSm = D == 64 ? 2 : 1;
+static_assert(kDkdvWarpgroups * kTileTokens == tiles::kFwdBlockM &&
+                  kDqWarpgroups * kTileTokens == tiles::kFwdBlockM,
+              "the backward's CTAs walk the 128-token work list");
 
 // =====================================================================================
 // fp8_mixed's BF16 operand: one staging tile of rows, transposed before use
@@ -281,8 +283,8 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.x / a.hkv, hk = blockIdx.x % a.hkv;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
-  if (slot >= item_count(a.key_work) || a.status->fault != guard::kNone) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.key_work, slot);
+  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
   if (dt.len == 0) return;
   // Item t of a document is its 128-key tile nt - 1 - t when causal (cost order, schedule.cuh).
   const int n = a.causal ? dt.num_tiles - 1 - dt.tile : dt.tile;
@@ -394,16 +396,19 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
 
 template <int D, bool kMixed>
 struct DqSmem {
-  static constexpr int kQ = 0;                            // A of S
-  static constexpr int kDo = kQ + ScoreTile<D>::kBytes;    // A of dP
-  // Per-query values, read from shared memory where used (registers are the scarce resource).
+  // Warpgroup w's queries at queries(w): its Q (A of S) and dO (A of dP) tiles and the
+  // per-query values, read from shared memory where used (registers are the scarce resource).
+  static constexpr int kQ = 0;
+  static constexpr int kDo = kQ + ScoreTile<D>::kBytes;
   static constexpr int kSq = kDo + ScoreTile<D>::kBytes;
   static constexpr int kSdo = kSq + kScalarTileBytes;
   static constexpr int kLse = kSdo + kScalarTileBytes;
   static constexpr int kDvec = kLse + kScalarTileBytes;
-  static constexpr int kBf16 = kDvec + kScalarTileBytes;  // Bf16Operand (fp8_mixed: K)
+  static constexpr int kQueryBytes = kDvec + kScalarTileBytes;
+  static constexpr int queries(int w) { return w * kQueryBytes; }
+  static constexpr int kBf16 = kDqWarpgroups * kQueryBytes;  // Bf16Operand (fp8_mixed: K)
   static constexpr int kStage0 = kBf16 + Bf16Operand<D, kMixed>::kBytes;
-  // One stage: a key tile.
+  // One stage: a key tile, read by both warpgroups.
   static constexpr int kK = 0;                              // B of S
   static constexpr int kV = kK + ScoreTile<D>::kBytes;       // B of dP
   static constexpr int kKt = kV + ScoreTile<D>::kBytes;      // B of dQ: Kᵀ (fp8)
@@ -414,29 +419,31 @@ struct DqSmem {
   static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
 };
 
+// One key tile for the 64 queries at `queries` (a warpgroup's DqSmem::queries), this warp's
+// 16 query rows i0, i0 + 8 (document positions).
 template <int D, bool kMixed, bool kMask>
-__device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int stage, const DocMask& mask, int i0,
-                                            int n0, float c, float (&dq)[D / 8][4]) {
+__device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int queries, int stage, const DocMask& mask,
+                                            int i0, int n0, float c, float (&dq)[D / 8][4]) {
   using S = DqSmem<D, kMixed>;
-  const uint32_t base = ptx::smem_addr(smem), st = base + S::stage(stage);
+  const uint32_t base = ptx::smem_addr(smem), st = base + S::stage(stage), qb = base + queries;
   const float* sk = reinterpret_cast<const float*>(smem + S::stage(stage) + S::kSk);
   const float* sv = reinterpret_cast<const float*>(smem + S::stage(stage) + S::kSv);
-  const int q = lane_id() & 3, row0 = 16 * warp_id();
-  // This lane's query rows are row0 + g and row0 + g + 8 of the tile.
+  const int q = lane_id() & 3, row0 = 16 * (warp_id() & 3);
+  // This lane's query rows are row0 + g and row0 + g + 8 of the warpgroup's 64 queries.
   float sq[2], sdo[2], lse2[2], d[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int i = row0 + (lane_id() >> 2) + 8 * r;
-    sq[r] = reinterpret_cast<const float*>(smem + S::kSq)[i];
-    sdo[r] = reinterpret_cast<const float*>(smem + S::kSdo)[i];
-    lse2[r] = __fmul_rn(reinterpret_cast<const float*>(smem + S::kLse)[i], kLog2e);
-    d[r] = reinterpret_cast<const float*>(smem + S::kDvec)[i];
+    sq[r] = reinterpret_cast<const float*>(smem + queries + S::kSq)[i];
+    sdo[r] = reinterpret_cast<const float*>(smem + queries + S::kSdo)[i];
+    lse2[r] = __fmul_rn(reinterpret_cast<const float*>(smem + queries + S::kLse)[i], kLog2e);
+    d[r] = reinterpret_cast<const float*>(smem + queries + S::kDvec)[i];
   }
 
   TileAcc s, dp;  // S and dP: rows = queries, columns = keys
   wgmma::fence();
-  issue_scores<D>(s, base + S::kQ, st + S::kK);    // S = Q Kᵀ, as the forward
-  issue_row_dots<D>(dp, base + S::kDo, st + S::kV);  // dP = dO Vᵀ
+  issue_scores<D>(s, qb + S::kQ, st + S::kK);    // S = Q Kᵀ, as the forward
+  issue_row_dots<D>(dp, qb + S::kDo, st + S::kV);  // dP = dO Vᵀ
   wgmma::wait<0>();
   wgmma::pin(s);
   wgmma::pin(dp);
@@ -455,51 +462,61 @@ __device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int stage, cons
 }
 
 template <int D, bool kMixed>
-__global__ void __launch_bounds__(kThreads, kDqCtasPerSm) dq_kernel(const __grid_constant__ BwdArgs a) {
+__global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const __grid_constant__ BwdArgs a) {
   using S = DqSmem<D, kMixed>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
   if (dt.len == 0) return;
+  const int wg = int(threadIdx.x) / kThreads;
   const int hk = h / (a.hq / a.hkv);
-  const int m0 = dt.tile * kTileTokens;
-  const int num_key_tiles = a.causal ? dt.tile + 1 : dt.num_tiles;
+  // This warpgroup's 64 queries: the 64-token query tile mw, queries [m0, m0 + valid_q).
+  const int mw = kDqWarpgroups * dt.tile + wg, m0 = mw * kTileTokens;
+  const int valid_q = min(kTileTokens, dt.len - m0);  // <= 0: no queries (the document ends first)
+  const int num_tiles_doc = (dt.len + kTileTokens - 1) / kTileTokens;
+  // Key tiles up to the CTA's last diagonal (causal); a warpgroup skips those past its own.
+  const int num_key_tiles = a.causal ? min(kDqWarpgroups * (dt.tile + 1), num_tiles_doc) : num_tiles_doc;
   const DocMask mask{dt.len, a.causal};
   const uint32_t base = ptx::smem_addr(smem);
 
   const int64_t q_row = int64_t(a.hq) * D, kv_row = int64_t(a.hkv) * D;
-  const int64_t q_off = (dt.tok0 + m0) * q_row + h * D;
-  const int valid_q = min(kTileTokens, dt.len - m0);
-  load_kmajor_rows<D>(base + S::kQ, a.q8 + q_off, q_row, valid_q);
-  load_kmajor_rows<D>(base + S::kDo, a.do8 + q_off, q_row, valid_q);
-  {
+  if (valid_q > 0) {
+    const int64_t q_off = (dt.tok0 + m0) * q_row + h * D;
+    const uint32_t qb = base + S::queries(wg);
+    load_kmajor_rows<D>(qb + S::kQ, a.q8 + q_off, q_row, valid_q);
+    load_kmajor_rows<D>(qb + S::kDo, a.do8 + q_off, q_row, valid_q);
     const int64_t tok_off = h * a.total_tokens + dt.tok0 + m0;
-    const int i = threadIdx.x & 63;
-    if (threadIdx.x < kTileTokens) {
-      load_scalar(base + S::kSq, a.sq + tok_off, valid_q, i);
-      load_scalar(base + S::kLse, a.lse + tok_off, valid_q, i);
+    const int i = tile_tid() & 63;
+    if (tile_tid() < kTileTokens) {
+      load_scalar(qb + S::kSq, a.sq + tok_off, valid_q, i);
+      load_scalar(qb + S::kLse, a.lse + tok_off, valid_q, i);
     } else {
-      load_scalar(base + S::kSdo, a.sdo + tok_off, valid_q, i);
-      load_scalar(base + S::kDvec, a.dvec + tok_off, valid_q, i);
+      load_scalar(qb + S::kSdo, a.sdo + tok_off, valid_q, i);
+      load_scalar(qb + S::kDvec, a.dvec + tok_off, valid_q, i);
     }
   }
   ptx::cp_async_commit();
 
+  // Warpgroup 0 loads K, V and sk; warpgroup 1 Kᵀ (fp8) and sv.
   auto load_key_tile = [&](int n) {
     const int n0 = n * kTileTokens, valid = min(kTileTokens, dt.len - n0);
     const uint32_t st = base + S::stage(n & 1);
-    const int64_t row_off = (dt.tok0 + n0) * kv_row + hk * D;
-    load_kmajor_rows<D>(st + S::kK, a.k8 + row_off, kv_row, valid);
-    load_kmajor_rows<D>(st + S::kV, a.v8 + row_off, kv_row, valid);
-    if constexpr (!kMixed)
-      load_kmajor_cols<D>(st + S::kKt, a.kt8 + int64_t(hk) * D * a.tpad + dt.pstart + n0, a.tpad, valid);
     const int64_t tok_off = hk * a.total_tokens + dt.tok0 + n0;
-    if (threadIdx.x < kTileTokens) load_scalar(st + S::kSk, a.sk + tok_off, valid, threadIdx.x);
-    else load_scalar(st + S::kSv, a.sv + tok_off, valid, threadIdx.x - kTileTokens);
+    const int i = tile_tid() & 63;
+    if (wg == 0) {
+      const int64_t row_off = (dt.tok0 + n0) * kv_row + hk * D;
+      load_kmajor_rows<D>(st + S::kK, a.k8 + row_off, kv_row, valid);
+      load_kmajor_rows<D>(st + S::kV, a.v8 + row_off, kv_row, valid);
+      if (tile_tid() < kTileTokens) load_scalar(st + S::kSk, a.sk + tok_off, valid, i);
+    } else {
+      if constexpr (!kMixed)
+        load_kmajor_cols<D>(st + S::kKt, a.kt8 + int64_t(hk) * D * a.tpad + dt.pstart + n0, a.tpad, valid);
+      if (tile_tid() < kTileTokens) load_scalar(st + S::kSv, a.sv + tok_off, valid, i);
+    }
   };
-  // fp8_mixed: the BF16 K rows of a key tile, into the staging tile.
+  // fp8_mixed: the BF16 K rows of a key tile, into the staging tile (warpgroup 1).
   auto load_k_rows = [&](int n) {
     if (n >= num_key_tiles) return;
     const int n0 = n * kTileTokens;
@@ -510,11 +527,11 @@ __global__ void __launch_bounds__(kThreads, kDqCtasPerSm) dq_kernel(const __grid
   load_key_tile(0);
   ptx::cp_async_commit();
   if constexpr (kMixed) {
-    load_k_rows(0);
+    if (wg == 1) load_k_rows(0);
     ptx::cp_async_commit();
   }
 
-  const int i0 = m0 + 16 * warp_id() + (lane_id() >> 2);  // this lane's queries: i0, i0 + 8
+  const int i0 = m0 + 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's queries: i0, i0 + 8
   float dq[D / 8][4];
 #pragma unroll
   for (int c = 0; c < D / 8; ++c)
@@ -526,16 +543,19 @@ __global__ void __launch_bounds__(kThreads, kDqCtasPerSm) dq_kernel(const __grid
     ptx::cp_async_commit();
     ptx::cp_async_wait<1>();  // all but the next key tile's FP8 tiles landed (this thread's copies)
     const int n0 = n * kTileTokens;
-    if constexpr (!kMixed) clear_kmajor_cols_tail<D>(smem + S::stage(n & 1) + S::kKt, dt.len - n0);
-    step_ready<D, kMixed>(smem, S::kBf16, true, [&] { load_k_rows(n + 1); });
-    if (mask_needed_for_query_rows(mask, dt.tile, n, kTileTokens))
-      dq_key_tile<D, kMixed, true>(smem, n & 1, mask, i0, n0, a.c, dq);
-    else
-      dq_key_tile<D, kMixed, false>(smem, n & 1, mask, i0, n0, a.c, dq);
+    if (!kMixed && wg == 1) clear_kmajor_cols_tail<D>(smem + S::stage(n & 1) + S::kKt, dt.len - n0);
+    step_ready<D, kMixed>(smem, S::kBf16, wg == 1, [&] { load_k_rows(n + 1); });
+    // Causal: this warpgroup's queries see key tiles up to their own diagonal mw.
+    if (valid_q > 0 && (!a.causal || n <= mw)) {
+      if (mask_needed_for_query_rows(mask, mw, n, kTileTokens))
+        dq_key_tile<D, kMixed, true>(smem, S::queries(wg), n & 1, mask, i0, n0, a.c, dq);
+      else
+        dq_key_tile<D, kMixed, false>(smem, S::queries(wg), n & 1, mask, i0, n0, a.c, dq);
+    }
     __syncthreads();
   }
 
-  store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * warp_id(), dt.len);
+  store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
 }
 
 // =====================================================================================
@@ -549,10 +569,10 @@ cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
   if (attr == cudaSuccess) attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_kernel<D, kMixed>), kDqSmem);
   if (attr != cudaSuccess) return attr;
   // One CTA per (work-list slot, head), the head fastest (schedule.cuh).
-  dkdv_kernel<D, kMixed><<<unsigned(int64_t(a.key_work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
+  dkdv_kernel<D, kMixed><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  dq_kernel<D, kMixed><<<unsigned(int64_t(a.work.capacity) * a.hq), kThreads, kDqSmem, stream>>>(a);
+  dq_kernel<D, kMixed><<<unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -597,8 +617,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.k_stride_t = p.k_stride_t;
   a.k_stride_h = p.k_stride_h;
   a.cu_seqlens = p.cu_seqlens;
-  a.work = work_list(base, layout, layout.work);
-  a.key_work = work_list(base, layout, layout.fwd_work);
+  a.work = work_list(base, layout, layout.fwd_work);
   a.dq = static_cast<uint16_t*>(dq);
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
