@@ -4,17 +4,19 @@
 // P = exp2(S c - lse2) is rebuilt from the very S the forward's LSE was taken over.
 //
 // 1. quantize dO (natural + transposed FP8, scales) and D = rowsum(dO * O) (quantize.cu);
-// 2. dK/dV kernel: CTA = (64-key tile of one document, kv head), 4 warps x 16 keys. Loops
-//    over the query heads of the GQA group, then over the query tiles that see the key tile,
-//    in the order the specification sums them. Per query tile:
+// 2. dK/dV kernel: CTA = (128-key tile of one document, kv head), two warpgroups of 64 keys
+//    (4 warps x 16 keys each) sharing each query-side stage. Loops over the query heads of
+//    the GQA group, then over the 64-query tiles that see the keys, in the order the
+//    specification sums them. Per query tile and warpgroup:
 //      Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (A and B in shared memory, both in flight at once),
 //      Pᵀ = exp2(fmaf(Sᵀ, c, -lse2)), dSᵀ = Pᵀ (dPᵀ - D),
 //      dV += sigma * (q8(Pᵀ sdo / sigma) · dOᵀ tile),
 //      dK += tau * (q8(dSᵀ sq / tau) · Qᵀ tile)   (fp8)  or  bf16(dSᵀ) · Q   (fp8_mixed);
 //    keys are rows, so Pᵀ and dSᵀ are A operands straight from the accumulators (registers);
 //    each tile product is formed in a fresh accumulator, then scaled and added in FP32;
-// 3. dQ kernel: CTA = (64-query tile, query head), 4 warps x 16 queries; loops over key
-//    tiles, recomputes S (as the forward) and dP, and accumulates
+// 3. dQ kernel: CTA = (128-query tile, query head), two warpgroups of 64 queries sharing
+//    each key-side stage; loops over 64-key tiles, recomputes S (as the forward) and dP, and
+//    accumulates
 //      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
 //    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
