@@ -5,11 +5,11 @@ Reads three kinds of results and regenerates one block of docs/TRAINING.md for e
 (between its BEGIN/END GENERATED markers; the rest of the file is left as written). A
 block whose results are absent is left as it is, so a partial rerun never erases a record.
 
-  seed sweeps      training/runs/<corpus>-hd<D>/<recipe>-seed<S>/log.jsonl (run_all.sh):
-                   per (corpus, head dim) each recipe's held-out loss mean +- std over seeds,
+  seed sweeps      training/runs/<corpus>-hd<D>[-<tag>]/<recipe>-seed<S>/log.jsonl (run_all.sh):
+                   per setting folder each recipe's held-out loss mean +- std over seeds,
                    the paired per-seed gap to bf16 with its 95 % t interval and a verdict
                    (training/stats.py); curves with a min-max (or +-std) band over seeds in
-                   docs/training/seeds_<corpus>_hd<D>.png
+                   docs/training/seeds_<setting>.png
   single runs      training/runs/<run>/log.jsonl (train.py with its default run name): one
                    row per run, curves in docs/training/loss_curves.png
   leakage probe    training/runs/leakage_probe.json (leakage_probe.py)
@@ -207,16 +207,16 @@ def probe_table(probe: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------
 # Seed sweeps (run_all.sh): paired statistics over seeds
 # ---------------------------------------------------------------------------------------
-def discover_seed_runs(runs_dir: Path) -> dict[tuple[str, int], dict[str, dict[int, dict[str, list[dict[str, Any]]]]]]:
-    """{(corpus, head dim): {recipe: {seed: log}}} for every log written with a seed record."""
-    out: dict[tuple[str, int], dict[str, dict[int, dict[str, list[dict[str, Any]]]]]] = {}
+def discover_seed_runs(runs_dir: Path) -> dict[str, dict[str, dict[int, dict[str, list[dict[str, Any]]]]]]:
+    """{setting folder (<corpus>-hd<D>[-<tag>]): {recipe: {seed: log}}} for every log
+    written with a seed record."""
+    out: dict[str, dict[str, dict[int, dict[str, list[dict[str, Any]]]]]] = {}
     for path in sorted(runs_dir.glob("*/*/log.jsonl")):
         log = read_log(path)
         cfg = log["config"][0] if log["config"] else {}
         if "seed" not in cfg or not log["train"]:
             continue
-        key = (cfg["corpus"].get("name") or "?", int(cfg["model"]["head_dim"]))
-        out.setdefault(key, {}).setdefault(cfg["recipe"], {})[int(cfg["seed"])] = log
+        out.setdefault(path.parent.parent.name, {}).setdefault(cfg["recipe"], {})[int(cfg["seed"])] = log
     return out
 
 
@@ -392,7 +392,7 @@ def plot_seeds(runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]], titl
     plt.close(fig)
 
 
-def seeds_block(sweeps: dict[tuple[str, int], dict[str, dict[int, dict[str, list[dict[str, Any]]]]]],
+def seeds_block(sweeps: dict[str, dict[str, dict[int, dict[str, list[dict[str, Any]]]]]],
                 avg_last: int, band_kind: str, png_dir: Optional[Path], md_dir: Path) -> str:
     parts = [
         f"Held-out loss per run: the mean of its last {avg_last} evaluation(s), each over the evaluation "
@@ -406,14 +406,15 @@ def seeds_block(sweeps: dict[tuple[str, int], dict[str, dict[int, dict[str, list
         "",
     ]
     verdicts = []
-    for (corpus, hd), runs in sorted(sweeps.items()):
+    for setting, runs in sorted(sweeps.items()):
         rows, notes = seed_rows(runs, avg_last)
         cfg = next((r["config"] for r in rows if r["config"]), {})
         corp, model = cfg.get("corpus", {}), cfg.get("model", {})
+        corpus, hd = corp.get("name", "?"), model.get("head_dim", "?")
         ev_packs = next((l["eval"][-1].get("val_packs") for by in runs.values() for l in by.values() if l["eval"]), None)
         pk = ", ".join(corp.get("packages") or corp.get("sources") or [])
         parts += [
-            f"#### Corpus `{corpus}`, head dim {hd}",
+            f"#### `{setting}`: corpus `{corpus}`, head dim {hd}",
             "",
             f"Corpus packages: {pk or '–'} ({fmt(corp.get('train_tokens', math.nan) / 1e6, '.1f')} M training "
             f"tokens). Model: {fmt((cfg.get('params') or math.nan) / 1e6, '.1f')} M parameters, "
@@ -425,9 +426,9 @@ def seeds_block(sweeps: dict[tuple[str, int], dict[str, dict[int, dict[str, list
             "",
         ]
         if png_dir is not None:
-            png = png_dir / f"seeds_{corpus}_hd{hd}.png"
-            plot_seeds(runs, f"corpus {corpus}, head dim {hd}", band_kind, png)
-            parts += [f"![curves over seeds, corpus {corpus}, head dim {hd}]({Path(os.path.relpath(png, md_dir)).as_posix()})", ""]
+            png = png_dir / f"seeds_{setting}.png"
+            plot_seeds(runs, f"{setting}: corpus {corpus}, head dim {hd}", band_kind, png)
+            parts += [f"![curves over seeds, {setting}]({Path(os.path.relpath(png, md_dir)).as_posix()})", ""]
         if notes:
             parts += ["Left out: " + "; ".join(notes) + ".", ""]
         for r in rows:
@@ -435,7 +436,8 @@ def seeds_block(sweeps: dict[tuple[str, int], dict[str, dict[int, dict[str, list
                 iv = r["interval"]
                 where = f"{iv.mean:+.2f} % [{iv.lo:+.2f}, {iv.hi:+.2f}] over {iv.n} paired seeds" \
                     if iv is not None and iv.n >= 2 else "no interval yet"
-                verdicts.append(f"- `{r['recipe']}`, corpus `{corpus}`, head dim {hd}: {where} — **{r['verdict']}**.")
+                verdicts.append(f"- `{r['recipe']}`, `{setting}` (corpus `{corpus}`, head dim {hd}, "
+                                f"{r['tokens'] / 1e6:.1f} M tokens): {where} — **{r['verdict']}**.")
     parts += ["Verdicts against \"within 1 % of BF16\":", ""] + verdicts + [""]
     return "\n".join(parts)
 
@@ -536,11 +538,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     for r in rows:
         print(f"  {r['run']:<15} held-out {r['val_loss']:.4f}  {r['tok_per_s'] / 1e3:.0f}k tok/s  "
               f"max logit {r['max_logit_final']:.1f}  O err {fmt(r['o_err_max'], '.4f')}", flush=True)
-    for (corpus, hd), runs in sorted(sweeps.items()):
+    for setting, runs in sorted(sweeps.items()):
         for r in seed_rows(runs, args.avg_last)[0]:
             iv = r["interval"]
             gap = f"gap {iv.mean:+.2f} % [{iv.lo:+.2f}, {iv.hi:+.2f}]" if iv is not None and iv.n >= 2 else ""
-            print(f"  {corpus}-hd{hd} {r['recipe']:<15} {len(r['seeds'])} seeds  "
+            print(f"  {setting} {r['recipe']:<15} {len(r['seeds'])} seeds  "
                   f"held-out {fmt(r['loss'][0] if r['loss'] else None, '.4f')}  {gap}  {r['verdict']}", flush=True)
     return 0
 

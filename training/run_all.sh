@@ -9,7 +9,8 @@
 #
 # Paired protocol: a seed fixes the initial weights and the order of the training packs, and
 # every recipe runs with every seed, so the per-seed gap to bf16 compares like with like.
-# Each run writes training/runs/<corpus>-hd<head dim>/<recipe>-seed<seed>/log.jsonl.
+# Each run writes training/runs/<corpus>-hd<head dim>[-<TAG>]/<recipe>-seed<seed>/log.jsonl;
+# the report compares the recipes within one such setting folder.
 #
 # Environment (all optional):
 #   SEEDS          seeds (default "1 2 3 4 5")
@@ -19,6 +20,8 @@
 #   CORPUS         corpus names (default "default"; "alt" is the second corpus, see
 #                  prepare_data.py); a missing corpus is prepared first (needs apt and network)
 #   TRAIN_TOKENS   token budget per training run (default 20e6, just under one epoch)
+#   TAG            label appended to the setting folder, for runs that must not mix with
+#                  the default sweep (e.g. TAG=100M with TRAIN_TOKENS=100e6)
 #   MAX_MINUTES    wall-clock cap per training run (default 0 = none). A capped run is saved
 #                  and marked unfinished; the report leaves unfinished runs out of the
 #                  statistics, RESUME=1 continues them.
@@ -52,6 +55,7 @@ export PYTHONUNBUFFERED=1
 for hd in $HEAD_DIM; do
     case $hd in 64|128) ;; *) echo "HEAD_DIM: $hd is not 64 or 128"; exit 2 ;; esac
 done
+case ${TAG:-} in *[!A-Za-z0-9_.-]*) echo "TAG: use letters, digits, '.', '_' or '-'"; exit 2 ;; esac
 for seed in $SEEDS; do
     case $seed in ''|*[!0-9]*) echo "SEEDS: $seed is not a non-negative integer"; exit 2 ;; esac
 done
@@ -75,7 +79,7 @@ for corpus in $CORPUS; do
     for seed in $SEEDS; do
       for recipe in $RECIPES; do
         case $skipped in *" $recipe "*) continue ;; esac
-        run="$corpus-hd$hd/$recipe-seed$seed"
+        run="$corpus-hd$hd${TAG:+-$TAG}/$recipe-seed$seed"
         echo "== training $run (budget $TRAIN_TOKENS tokens, cap ${MAX_MINUTES} min)"
         t0=$(date +%s)
         $PY training/train.py --recipe "$recipe" --seed "$seed" --head-dim "$hd" \
