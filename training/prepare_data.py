@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Build the byte-level English corpus used by the training validation runs.
 
-Source: the HTML documentation shipped in Debian packages (default: python3.11-doc, postgresql-doc-15, python-django-doc),
-fetched with `apt-get download`, unpacked with `dpkg-deb -x`, converted to plain text
+Source: the HTML documentation shipped in Debian packages, fetched with `apt-get download`, unpacked with `dpkg-deb -x`, converted to plain text
 with the standard library's html.parser. One HTML page is one document; the
 train/held-out split is decided per document from a hash of its path, so it does not
 depend on file-system order or on which other pages exist.
 
-Output (training/data/):
+Named corpora (--corpus; CORPORA below): "default" = python3.11-doc, postgresql-doc-15,
+python-django-doc, written to training/data/; "alt" = git-doc, debian-reference-en,
+sphinx-doc, cmake-doc (documentation the model and its settings were never tuned on),
+written to training/data-alt/. --packages overrides a corpus' package list; meta.json
+records the corpus name and the packages actually used.
+
+Output (training/data/ or training/data-<name>/):
   train.bin, val.bin                 raw UTF-8 bytes of all documents, concatenated (uint8)
   train_offsets.bin, val_offsets.bin uint32 little-endian, n_docs+1 byte offsets into *.bin
   meta.json                          sources, sizes, document names, checksums
@@ -16,7 +21,7 @@ Tokens are bytes (0..255); the loader adds BOS=256 at each document start, so th
 model's vocabulary is 257 (padded). Only the standard library is used here, so the
 script runs before numpy/torch are installed.
 
-Usage: python training/prepare_data.py [--packages python3.11-doc ...] [--max-mb 40]
+Usage: python training/prepare_data.py [--corpus alt] [--packages python3.11-doc ...] [--max-mb 40]
 """
 from __future__ import annotations
 
@@ -34,7 +39,18 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE / "data"
+
+CORPORA: dict[str, list[str]] = {
+    "default": ["python3.11-doc", "postgresql-doc-15", "python-django-doc"],
+    "alt": ["git-doc", "debian-reference-en", "sphinx-doc", "cmake-doc"],
+}
+
+
+def corpus_dir(name: str) -> Path:
+    """training/data for the default corpus (where earlier runs expect it), else data-<name>."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ValueError(f"--corpus {name!r}: use letters, digits, '.', '_' or '-'")
+    return HERE / ("data" if name == "default" else f"data-{name}")
 
 # Pages that are listings rather than prose: they would teach the model index syntax.
 SKIP_NAME = re.compile(r"^(genindex.*|py-modindex|search|modindex|copyright|license|bugs|download)\.html$")
@@ -184,16 +200,24 @@ def write_split(out: Path, split: str, docs: list[tuple[str, bytes]]) -> dict[st
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--packages", nargs="+", default=["python3.11-doc", "postgresql-doc-15", "python-django-doc"],
-                    help="Debian packages whose HTML documentation forms the corpus")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--corpus", default="default",
+                    help=f"corpus name: {', '.join(CORPORA)} or a new name together with --packages")
+    ap.add_argument("--packages", nargs="+", default=None,
+                    help="Debian packages whose HTML documentation forms the corpus (default: the corpus' list)")
+    ap.add_argument("--out", type=Path, default=None, help="default: training/data or training/data-<corpus>")
     ap.add_argument("--heldout-pct", type=float, default=5.0, help="percent of documents held out")
     ap.add_argument("--max-mb", type=float, default=40.0,
                     help="cap on total corpus size (documents beyond it are dropped, in hash order)")
     ap.add_argument("--force", action="store_true", help="rebuild even if the data exists")
     args = ap.parse_args()
-
-    out: Path = args.out
+    if args.packages is None:
+        if args.corpus not in CORPORA:
+            ap.error(f"--corpus {args.corpus!r} is not one of {', '.join(CORPORA)}; name its --packages")
+        args.packages = CORPORA[args.corpus]
+    try:
+        out: Path = args.out or corpus_dir(args.corpus)
+    except ValueError as e:
+        ap.error(str(e))
     if (out / "meta.json").exists() and not args.force:
         print(f"{out}/meta.json exists; use --force to rebuild", flush=True)
         return 0
@@ -236,6 +260,8 @@ def main() -> int:
     val = [d for d in kept if is_heldout(d[0], args.heldout_pct)]
     out.mkdir(parents=True, exist_ok=True)
     meta = {
+        "name": args.corpus,
+        "packages": list(args.packages),
         "sources": sources,
         "tokenizer": "bytes; BOS=256 added by the loader at each document start",
         "vocab_size": 257,

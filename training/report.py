@@ -1,18 +1,27 @@
 #!/usr/bin/env python3
 """Summarize the training runs and the leakage probe.
 
-Reads training/runs/<run>/log.jsonl (from train.py) and training/runs/leakage_probe.json
-(from leakage_probe.py); writes docs/training/loss_curves.png and regenerates the results
-section of docs/TRAINING.md (between the BEGIN/END GENERATED markers; the rest of the
-file is left as written).
+Reads three kinds of results and regenerates one block of docs/TRAINING.md for each
+(between its BEGIN/END GENERATED markers; the rest of the file is left as written). A
+block whose results are absent is left as it is, so a partial rerun never erases a record.
 
-    python training/report.py [--runs bf16 fp8 fp8_mixed]
+  seed sweeps      training/runs/<corpus>-hd<D>[-<tag>]/<recipe>-seed<S>/log.jsonl (run_all.sh):
+                   per setting folder each recipe's held-out loss mean +- std over seeds,
+                   the paired per-seed gap to bf16 with its 95 % t interval and a verdict
+                   (training/stats.py); curves with a min-max (or +-std) band over seeds in
+                   docs/training/seeds_<setting>.png
+  single runs      training/runs/<run>/log.jsonl (train.py with its default run name): one
+                   row per run, curves in docs/training/loss_curves.png
+  leakage probe    training/runs/leakage_probe.json (leakage_probe.py)
+
+    python training/report.py [--avg-last 3] [--band std] [--runs bf16 fp8 fp8_mixed]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -20,8 +29,17 @@ from typing import Any, Optional
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import stats  # noqa: E402
+
 BEGIN = "<!-- BEGIN GENERATED RESULTS (training/report.py) -->"
 END = "<!-- END GENERATED RESULTS -->"
+SEEDS_BEGIN = "<!-- BEGIN GENERATED SEED STATISTICS (training/report.py) -->"
+SEEDS_END = "<!-- END GENERATED SEED STATISTICS -->"
+PROBE_BEGIN = "<!-- BEGIN GENERATED LEAKAGE PROBE (training/report.py) -->"
+PROBE_END = "<!-- END GENERATED LEAKAGE PROBE -->"
+NO_SEED_RUNS = ("No multi-seed runs yet: this table is written by `training/report.py` from the "
+                "logs of `training/run_all.sh`.")
 PREFERRED = ["bf16", "fp8", "fp8_mixed", "per_token_fp8", "per_tensor_fp8"]
 SPIKE_FACTOR = 1.25   # a step's loss this far above the median of the previous SPIKE_WINDOW
 SPIKE_WINDOW = 25
@@ -186,68 +204,347 @@ def probe_table(probe: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------
+# Seed sweeps (run_all.sh): paired statistics over seeds
+# ---------------------------------------------------------------------------------------
+def discover_seed_runs(runs_dir: Path) -> dict[str, dict[str, dict[int, dict[str, list[dict[str, Any]]]]]]:
+    """{setting folder (<corpus>-hd<D>[-<tag>]): {recipe: {seed: log}}} for every log
+    written with a seed record."""
+    out: dict[str, dict[str, dict[int, dict[str, list[dict[str, Any]]]]]] = {}
+    for path in sorted(runs_dir.glob("*/*/log.jsonl")):
+        log = read_log(path)
+        cfg = log["config"][0] if log["config"] else {}
+        if "seed" not in cfg or not log["train"]:
+            continue
+        out.setdefault(path.parent.parent.name, {}).setdefault(cfg["recipe"], {})[int(cfg["seed"])] = log
+    return out
+
+
+def finished(log: dict[str, list[dict[str, Any]]]) -> bool:
+    return bool(log["end"]) and not log["end"][-1].get("truncated", False)
+
+
+def final_loss(log: dict[str, list[dict[str, Any]]], avg_last: int) -> tuple[float, tuple[int, ...]]:
+    """Mean held-out loss of the last avg_last evaluations, and the steps they were taken at."""
+    ev = log["eval"][-avg_last:]
+    return statistics.fmean(r["val_loss"] for r in ev), tuple(r["step"] for r in ev)
+
+
+def seed_rows(runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]], avg_last: int
+              ) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per recipe of a (corpus, head dim) setting, and notes on runs left out.
+
+    A seed counts for a recipe's gap only if both it and bf16 finished, their initial
+    weights and training packs match (config fingerprints) and the averaged evaluations
+    were taken at the same steps."""
+    notes: list[str] = []
+    base = runs.get("bf16", {})
+    order = [r for r in PREFERRED if r in runs] + sorted(r for r in runs if r not in PREFERRED)
+    rows = []
+    for recipe in order:
+        by_seed = runs[recipe]
+        done = {s: l for s, l in sorted(by_seed.items()) if finished(l) and l["eval"]}
+        for s in sorted(set(by_seed) - set(done)):
+            notes.append(f"{recipe} seed {s}: unfinished, left out")
+        losses = {s: final_loss(l, avg_last) for s, l in done.items()}
+        row: dict[str, Any] = {"recipe": recipe, "seeds": sorted(done),
+                               "loss": stats.mean_std([v for v, _ in losses.values()]) if losses else None}
+        gaps: dict[int, float] = {}
+        gap_se: list[float] = []
+        if recipe != "bf16":
+            for s, (v, steps) in losses.items():
+                b = base.get(s)
+                if b is None or not finished(b) or not b["eval"]:
+                    notes.append(f"{recipe} seed {s}: no finished bf16 run with this seed, not paired")
+                    continue
+                bc, rc = b["config"][0], done[s]["config"][0]
+                if any(bc.get(k) != rc.get(k) for k in ("init_fingerprint", "data_fingerprint")):
+                    notes.append(f"{recipe} seed {s}: initial weights or packs differ from bf16's, not paired")
+                    continue
+                bv, bsteps = final_loss(b, avg_last)
+                if bsteps != steps:
+                    notes.append(f"{recipe} seed {s}: evaluated at steps {steps}, bf16 at {bsteps}, not paired")
+                    continue
+                gaps[s] = 100.0 * (v / bv - 1.0)
+                rp, bp = done[s]["eval"][-1].get("val_pack_losses"), b["eval"][-1].get("val_pack_losses")
+                if rp and bp and len(rp) == len(bp) and len(rp) > 1:
+                    gap_se.append(stats.paired_gap_se_pct(rp, bp))
+        sems = [l["eval"][-1]["val_loss_sem"] for l in done.values()
+                if isinstance(l["eval"][-1].get("val_loss_sem"), float) and math.isfinite(l["eval"][-1]["val_loss_sem"])]
+        summaries = [summarize(f"{recipe}-seed{s}", l) for s, l in done.items()]
+        row.update({
+            "gaps": gaps,
+            "interval": stats.t_interval(list(gaps.values())) if gaps else None,
+            "verdict": stats.verdict(list(gaps.values())) if recipe != "bf16" else "reference",
+            "gap_se_max": max(gap_se) if gap_se else None,
+            "loss_sem_mean": statistics.fmean(sems) if sems else None,
+            "tokens": summaries[0]["tokens"] if summaries else 0,
+            "tok_per_s": statistics.fmean(r["tok_per_s"] for r in summaries) if summaries else math.nan,
+            "max_logit_peak": max((r["max_logit_peak"] for r in summaries), default=math.nan),
+            "o_err_mean": statistics.fmean(r["o_err_mean"] for r in summaries)
+            if summaries and all(r["o_err_mean"] is not None for r in summaries) else None,
+            "skipped": sum(r["skipped"] for r in summaries),
+            "spikes": sum(r["spikes"] for r in summaries),
+            "config": next(iter(done.values()))["config"][0] if done else {},
+        })
+        rows.append(row)
+    return rows, notes
+
+
+def seeds_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| recipe | seeds | held-out loss (mean ± std) | gap vs bf16 (mean, 95 % interval) | verdict "
+        "| per-seed gaps | eval. noise: SE of held-out mean / of a seed's gap | max logit (peak) "
+        "| O rel. err vs bf16 | instabilities |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        loss = "–" if r["loss"] is None else f"{r['loss'][0]:.4f} ± {fmt(r['loss'][1], '.4f')}"
+        iv = r["interval"]
+        if iv is None:
+            gap = "–"
+        elif iv.n < 2:
+            gap = f"{iv.mean:+.2f} % (one seed, no interval)"
+        else:
+            gap = f"{iv.mean:+.2f} % [{iv.lo:+.2f}, {iv.hi:+.2f}]"
+        per_seed = ", ".join(f"{g:+.2f}" for g in r["gaps"].values()) or "–"
+        noise = f"{fmt(r['loss_sem_mean'], '.4f')} / " + (f"{r['gap_se_max']:.3f} %" if r["gap_se_max"] is not None else "–")
+        lines.append(
+            f"| {r['recipe']} | {len(r['seeds'])} | {loss} | {gap} | {r['verdict']} | {per_seed} | {noise} | "
+            f"{fmt(r['max_logit_peak'], '.1f')} | {fmt(r['o_err_mean'], '.4f')} | "
+            f"{r['skipped']} non-finite, {r['spikes']} spikes |")
+    return "\n".join(lines)
+
+
+def band(series: list[list[float]], kind: str) -> tuple[list[float], list[float], list[float]]:
+    """Per position over seeds: mean and the band (min-max, or mean +- std)."""
+    mean, lo, hi = [], [], []
+    for col in zip(*series):
+        m = statistics.fmean(col)
+        if kind == "std" and len(col) > 1:
+            sd = statistics.stdev(col)
+            lo.append(m - sd)
+            hi.append(m + sd)
+        else:
+            lo.append(min(col))
+            hi.append(max(col))
+        mean.append(m)
+    return mean, lo, hi
+
+
+def plot_seeds(runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]], title: str, kind: str,
+               path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"bf16": "black", "fp8": "tab:red", "fp8_mixed": "tab:blue",
+              "per_token_fp8": "tab:green", "per_tensor_fp8": "tab:purple"}
+    fig, (a_ev, a_gap, a_lg) = plt.subplots(1, 3, figsize=(18, 5))
+    base = {s: {r["step"]: r["val_loss"] for r in l["eval"]} for s, l in runs.get("bf16", {}).items()}
+    for recipe, by_seed in runs.items():
+        c = colors.get(recipe)
+        logs = list(by_seed.values())
+        n = min(len(l["eval"]) for l in logs)  # common prefix of evaluations (unfinished runs are shorter)
+        if n:
+            x = [r["tokens"] / 1e6 for r in logs[0]["eval"][:n]]
+            m, lo, hi = band([[r["val_loss"] for r in l["eval"][:n]] for l in logs], kind)
+            a_ev.plot(x, m, color=c, label=f"{recipe} ({len(logs)} seeds)")
+            a_ev.fill_between(x, lo, hi, color=c, alpha=0.2)
+        if recipe != "bf16":
+            series = []
+            for s, l in by_seed.items():
+                b = base.get(s, {})
+                series.append([(r["tokens"] / 1e6, 100 * (r["val_loss"] / b[r["step"]] - 1))
+                               for r in l["eval"] if r["step"] in b and r["step"] > 0])
+            k = min((len(p) for p in series), default=0)
+            if k:
+                m, lo, hi = band([[g for _, g in p[:k]] for p in series], kind)
+                x = [t for t, _ in series[0][:k]]
+                a_gap.plot(x, m, "o-", ms=3, color=c, label=recipe)
+                a_gap.fill_between(x, lo, hi, color=c, alpha=0.2)
+        k = min(len(l["diag"]) for l in logs)
+        if k:
+            m, lo, hi = band([[max(r["max_logit"]) for r in l["diag"][:k]] for l in logs], kind)
+            x = [r["step"] for r in logs[0]["diag"][:k]]
+            a_lg.plot(x, m, "o-", ms=3, color=c, label=recipe)
+            a_lg.fill_between(x, lo, hi, color=c, alpha=0.2)
+    what = "mean ± std" if kind == "std" else "mean, min–max"
+    a_ev.set(title=f"held-out loss ({what} over seeds)", xlabel="tokens (M)", ylabel="nats / byte")
+    a_gap.set(title=f"paired gap to bf16 ({what} over seeds)", xlabel="tokens (M)", ylabel="%")
+    a_gap.axhline(0, color="black", lw=0.8)
+    for y in (-stats.TOLERANCE_PCT, stats.TOLERANCE_PCT):
+        a_gap.axhline(y, color="gray", lw=0.8, ls="--")
+    a_lg.set(title="largest attention logit (max over layers)", xlabel="step")
+    # Past the first evaluations, so the recipes' differences are visible.
+    vals = [float(y) for ln in a_ev.get_lines() for y in ln.get_ydata()[len(ln.get_ydata()) // 5:]]
+    if vals:
+        lo_, hi_ = min(vals), max(vals)
+        a_ev.set_ylim(lo_ - 0.1 * (hi_ - lo_) - 1e-3, hi_ + 0.1 * (hi_ - lo_) + 1e-3)
+    for a in (a_ev, a_gap, a_lg):
+        a.grid(alpha=0.3)
+        if a.get_legend_handles_labels()[0]:
+            a.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def seeds_block(sweeps: dict[str, dict[str, dict[int, dict[str, list[dict[str, Any]]]]]],
+                avg_last: int, band_kind: str, png_dir: Optional[Path], md_dir: Path) -> str:
+    parts = [
+        f"Held-out loss per run: the mean of its last {avg_last} evaluation(s), each over the evaluation "
+        "packs named below. Gap: per seed, 100·(recipe/bf16 − 1) with the same seed (same initial weights, "
+        "same training packs); its mean with a 95 % Student t interval over the paired seeds. Verdict: "
+        f"\"within {stats.TOLERANCE_PCT:g} %\" only if the whole interval lies inside "
+        f"±{stats.TOLERANCE_PCT:g} %, \"worse than {stats.TOLERANCE_PCT:g} %\" if it lies above, "
+        "otherwise the number of seeds the measured spread would need. Evaluation noise: the standard error "
+        "of a run's held-out mean over its packs (nats, mean over seeds) and of one seed's gap from the "
+        "per-pack differences (%, largest seed), both at the last evaluation.",
+        "",
+    ]
+    verdicts = []
+    for setting, runs in sorted(sweeps.items()):
+        rows, notes = seed_rows(runs, avg_last)
+        cfg = next((r["config"] for r in rows if r["config"]), {})
+        corp, model = cfg.get("corpus", {}), cfg.get("model", {})
+        corpus, hd = corp.get("name", "?"), model.get("head_dim", "?")
+        ev_packs = next((l["eval"][-1].get("val_packs") for by in runs.values() for l in by.values() if l["eval"]), None)
+        pk = ", ".join(corp.get("packages") or corp.get("sources") or [])
+        parts += [
+            f"#### `{setting}`: corpus `{corpus}`, head dim {hd}",
+            "",
+            f"Corpus packages: {pk or '–'} ({fmt(corp.get('train_tokens', math.nan) / 1e6, '.1f')} M training "
+            f"tokens). Model: {fmt((cfg.get('params') or math.nan) / 1e6, '.1f')} M parameters, "
+            f"{model.get('n_heads', '?')} query / {model.get('n_kv_heads', '?')} key-value heads of {hd}. "
+            f"{rows[0]['tokens'] / 1e6:.1f} M tokens per run; evaluation over {ev_packs} held-out packs of "
+            f"{cfg.get('tokens_per_step', '?')} tokens. Device: {cfg.get('device', '?')}.",
+            "",
+            seeds_table(rows),
+            "",
+        ]
+        if png_dir is not None:
+            png = png_dir / f"seeds_{setting}.png"
+            plot_seeds(runs, f"{setting}: corpus {corpus}, head dim {hd}", band_kind, png)
+            parts += [f"![curves over seeds, {setting}]({Path(os.path.relpath(png, md_dir)).as_posix()})", ""]
+        if notes:
+            parts += ["Left out: " + "; ".join(notes) + ".", ""]
+        for r in rows:
+            if r["recipe"] != "bf16":
+                iv = r["interval"]
+                where = f"{iv.mean:+.2f} % [{iv.lo:+.2f}, {iv.hi:+.2f}] over {iv.n} paired seeds" \
+                    if iv is not None and iv.n >= 2 else "no interval yet"
+                verdicts.append(f"- `{r['recipe']}`, `{setting}` (corpus `{corpus}`, head dim {hd}, "
+                                f"{r['tokens'] / 1e6:.1f} M tokens): {where} — **{r['verdict']}**.")
+    parts += ["Verdicts against \"within 1 % of BF16\":", ""] + verdicts + [""]
+    return "\n".join(parts)
+
+
+def write_block(md: str, begin: str, end: str, body: Optional[str], heading: str) -> str:
+    """Replace the text between the markers with body. body None: keep what is there (the
+    markers with a placeholder are added if missing)."""
+    if begin in md and end in md:
+        if body is None:
+            return md
+        return md[:md.index(begin)] + begin + "\n\n" + body.strip("\n") + "\n\n" + end + md[md.index(end) + len(end):]
+    text = body if body is not None else "No results yet."
+    return md.rstrip() + f"\n\n## {heading}\n\n{begin}\n\n{text.strip()}\n\n{end}\n"
+
+
+def single_runs_block(logs: dict[str, dict[str, list[dict[str, Any]]]], rows: list[dict[str, Any]],
+                      png: Optional[Path], md_dir: Path) -> str:
+    if png is not None:
+        plot(logs, png)
+    dev = rows[0]["device"]
+    parts = [
+        f"Runs on {dev}; {rows[0]['params'] / 1e6:.1f}M parameters; BF16 attention path: "
+        f"`{rows[0]['bf16_backend']}`. Held-out loss is in nats per byte at the last evaluation; "
+        "the gap is relative to bf16 at the same step. Tokens/s is the median over training steps "
+        "(evaluation excluded). Max logit = largest |q·k|·softmax_scale on a held-out sample. "
+        "O error: relative L2 of the recipe's attention output against BF16 attention on the same "
+        f"q/k/v, at the last diagnostic. Spikes: steps whose loss exceeds {SPIKE_FACTOR}× the median "
+        f"of the previous {SPIKE_WINDOW}.",
+        "",
+        training_table(rows),
+        "",
+    ]
+    if png is not None:
+        parts += [f"![loss curves]({Path(os.path.relpath(png, md_dir)).as_posix()})", ""]
+    base = next((r for r in rows if r["recipe"] == "bf16"), None)
+    if base and base["bf16_err_mean"] is None:
+        fp = [r for r in rows if r["bf16_err_mean"] is not None]
+        if fp:
+            parts += [f"For scale: BF16 attention itself is {fp[0]['bf16_err_mean']:.4f} (mean over layers) "
+                      "from fp32 attention on the same inputs.", ""]
+    return "\n".join(parts)
+
+
+def probe_block(probe: dict[str, Any]) -> str:
+    return "\n".join([
+        "### Leakage probe", "", f"Device: {probe.get('device')}. Task: K = {probe['task']['K']} "
+        f"secrets, sequences of {probe['task']['S']} tokens; per-tensor scales are per "
+        f"({probe['args'].get('scale_scope', 'sequence')}, head). Future influence: fraction of "
+        "held-out sequences whose logits at the MARK position change at all when only the future "
+        "copy changes (must be 0 for a causally safe scheme).", "", probe_table(probe), ""])
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs-dir", type=Path, default=HERE / "runs")
-    ap.add_argument("--runs", nargs="+", default=None, help="run names (default: the recipes present)")
-    ap.add_argument("--png", type=Path, default=ROOT / "docs" / "training" / "loss_curves.png")
+    ap.add_argument("--runs", nargs="+", default=None, help="single-run names (default: the recipes present)")
+    ap.add_argument("--png", type=Path, default=ROOT / "docs" / "training" / "loss_curves.png",
+                    help="single-run curves; the seed sweeps' curves go beside it")
     ap.add_argument("--md", type=Path, default=ROOT / "docs" / "TRAINING.md")
+    ap.add_argument("--avg-last", type=int, default=1,
+                    help="seed sweeps: average each run's last K evaluations (default 1: the final one)")
+    ap.add_argument("--band", choices=("minmax", "std"), default="minmax", help="seed sweeps: band over seeds")
+    ap.add_argument("--no-plots", action="store_true", help="write the tables only")
     args = ap.parse_args(argv)
+    if args.avg_last < 1:
+        ap.error(f"--avg-last must be >= 1, got {args.avg_last}")
+
+    md_dir = args.md.parent
+    md = args.md.read_text() if args.md.exists() else "# Training validation\n"
+    written: list[str] = []
+
+    sweeps = discover_seed_runs(args.runs_dir) if args.runs_dir.is_dir() else {}
+    seeds_body = None
+    if sweeps:
+        seeds_body = seeds_block(sweeps, args.avg_last, args.band, None if args.no_plots else args.png.parent, md_dir)
+        written.append(f"seed statistics for {len(sweeps)} setting(s)")
+    elif SEEDS_BEGIN not in md:
+        seeds_body = NO_SEED_RUNS
+    md = write_block(md, SEEDS_BEGIN, SEEDS_END, seeds_body, "Results over seeds")
 
     names = args.runs or [n for n in PREFERRED if (args.runs_dir / n / "log.jsonl").exists()]
     logs = {n: read_log(args.runs_dir / n / "log.jsonl") for n in names
             if (args.runs_dir / n / "log.jsonl").exists()}
     rows = [summarize(n, l) for n, l in logs.items() if l["train"]]
-    probe_path = args.runs_dir / "leakage_probe.json"
-    probe = json.loads(probe_path.read_text()) if probe_path.exists() else None
-
-    parts = [BEGIN, ""]
     if rows:
-        plot(logs, args.png)
-        dev = rows[0]["device"]
-        parts += [
-            f"Runs on {dev}; {rows[0]['params'] / 1e6:.1f}M parameters; BF16 attention path: "
-            f"`{rows[0]['bf16_backend']}`. Held-out loss is in nats per byte at the last evaluation; "
-            "the gap is relative to bf16 at the same step. Tokens/s is the median over training steps "
-            "(evaluation excluded). Max logit = largest |q·k|·softmax_scale on a held-out sample. "
-            "O error: relative L2 of the recipe's attention output against BF16 attention on the same "
-            f"q/k/v, at the last diagnostic. Spikes: steps whose loss exceeds {SPIKE_FACTOR}× the median "
-            f"of the previous {SPIKE_WINDOW}.",
-            "",
-            training_table(rows),
-            "",
-            f"![loss curves]({args.png.relative_to(args.md.parent).as_posix()})",
-            "",
-        ]
-        base = next((r for r in rows if r["recipe"] == "bf16"), None)
-        if base and base["bf16_err_mean"] is None:
-            fp = [r for r in rows if r["bf16_err_mean"] is not None]
-            if fp:
-                parts += [f"For scale: BF16 attention itself is {fp[0]['bf16_err_mean']:.4f} (mean over layers) "
-                          "from fp32 attention on the same inputs.", ""]
-    else:
-        parts += ["No training logs found yet (run `training/run_all.sh`).", ""]
-    if probe:
-        parts += ["### Leakage probe", "", f"Device: {probe.get('device')}. Task: K = {probe['task']['K']} "
-                  f"secrets, sequences of {probe['task']['S']} tokens; per-tensor scales are per "
-                  f"({probe['args'].get('scale_scope', 'sequence')}, head). Future influence: fraction of "
-                  "held-out sequences whose logits at the MARK position change at all when only the future "
-                  "copy changes (must be 0 for a causally safe scheme).", "", probe_table(probe), ""]
-    parts.append(END)
-    block = "\n".join(parts)
+        md = write_block(md, BEGIN, END, single_runs_block(logs, rows, None if args.no_plots else args.png, md_dir),
+                         "Results")
+        written.append(f"{len(rows)} single run(s)")
 
-    md = args.md.read_text() if args.md.exists() else "# Training validation\n\n"
-    if BEGIN in md and END in md:
-        md = md[:md.index(BEGIN)] + block + md[md.index(END) + len(END):]
-    else:
-        md = md.rstrip() + "\n\n## Results\n\n" + block + "\n"
+    probe_path = args.runs_dir / "leakage_probe.json"
+    if probe_path.exists():
+        md = write_block(md, PROBE_BEGIN, PROBE_END, probe_block(json.loads(probe_path.read_text())), "Leakage probe results")
+        written.append("leakage probe")
+
     args.md.write_text(md)
-    print(f"wrote {args.md}" + (f" and {args.png}" if rows else ""), flush=True)
+    print(f"wrote {args.md}: " + (", ".join(written) if written else "no results found, blocks left as they were"),
+          flush=True)
     for r in rows:
         print(f"  {r['run']:<15} held-out {r['val_loss']:.4f}  {r['tok_per_s'] / 1e3:.0f}k tok/s  "
               f"max logit {r['max_logit_final']:.1f}  O err {fmt(r['o_err_max'], '.4f')}", flush=True)
+    for setting, runs in sorted(sweeps.items()):
+        for r in seed_rows(runs, args.avg_last)[0]:
+            iv = r["interval"]
+            gap = f"gap {iv.mean:+.2f} % [{iv.lo:+.2f}, {iv.hi:+.2f}]" if iv is not None and iv.n >= 2 else ""
+            print(f"  {setting} {r['recipe']:<15} {len(r['seeds'])} seeds  "
+                  f"held-out {fmt(r['loss'][0] if r['loss'] else None, '.4f')}  {gap}  {r['verdict']}", flush=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

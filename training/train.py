@@ -6,15 +6,17 @@ comparison needs.
     python training/train.py --recipe fp8 --tokens 20e6
     python training/train.py --recipe fp8 --resume        # continue from the last checkpoint
 
-Every recipe starts from the same initial weights (same seed) and sees the same packs in
-the same order; only the attention path differs. Output: training/runs/<run-name>/
+Every recipe started with the same --seed starts from the same initial weights and sees the
+same packs in the same order; only the attention path differs (the config record carries
+fingerprints of both, so the report can check the pairing). Output: training/runs/<run-name>/
   log.jsonl   one JSON object per line: "config", "train" (every step), "eval" (held-out
-              loss), "diag" (per-layer max attention logit, O error vs BF16), "end"
+              loss: mean over packs, its standard error, the per-pack losses), "diag" (per-layer max attention logit, O error vs BF16), "end"
   ckpt.pt     latest checkpoint (model, optimizer, step), written every --save-every steps
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -61,7 +63,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--grad-clip", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-every", type=int, default=50)
-    ap.add_argument("--eval-packs", type=int, default=8, help="held-out packs per evaluation")
+    ap.add_argument("--eval-packs", type=int, default=0,
+                    help="held-out packs per evaluation (0 = every pack of the held-out split)")
     ap.add_argument("--diag-every", type=int, default=150, help="steps between logit/O-error diagnostics")
     ap.add_argument("--diag-tokens", type=int, default=8192, help="tokens of the held-out sample for diagnostics")
     ap.add_argument("--save-every", type=int, default=250)
@@ -128,13 +131,34 @@ def save_checkpoint(path: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
 
 
 @torch.no_grad()
-def evaluate(model: M.Model, val: PackedCorpus, n: int, device: torch.device) -> float:
+def evaluate(model: M.Model, val: PackedCorpus, n: int, device: torch.device) -> tuple[float, float, list[float]]:
+    """Held-out loss on the first n packs (all if n is 0): the mean, its standard error
+    over packs (the evaluation noise of the mean; nan for one pack), and the per-pack
+    losses (every pack has the same number of tokens, so the mean is the token mean)."""
     ac = M.autocast_ctx(device)
     losses = []
-    for i in range(min(n, val.packs_per_epoch)):
+    for i in range(val.packs_per_epoch if n <= 0 else min(n, val.packs_per_epoch)):
         with ac():
             losses.append(model(to_device(val.pack(i), device)).item())
-    return float(np.mean(losses))
+    sem = float(np.std(losses, ddof=1) / math.sqrt(len(losses))) if len(losses) > 1 else float("nan")
+    return float(np.mean(losses)), sem, losses
+
+
+def init_fingerprint(model: torch.nn.Module) -> str:
+    """Digest of the initial weights: equal across recipes run with the same seed."""
+    h = hashlib.sha256()
+    for name, p in model.state_dict().items():
+        h.update(name.encode())
+        h.update(p.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def data_fingerprint(train: PackedCorpus, steps: int) -> str:
+    """Digest of the first packs' tokens: equal across recipes run with the same seed."""
+    h = hashlib.sha256()
+    for i in range(min(steps, 4)):
+        h.update(train.pack(i).inputs.tobytes())
+    return h.hexdigest()[:16]
 
 
 def diag_sample(val: PackedCorpus, n_tokens: int, device: torch.device) -> M.PackedBatch:
@@ -222,6 +246,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                             lr=args.lr, betas=(0.9, args.beta2), eps=1e-8,
                             fused=device.type == "cuda")
     step, train_s = 0, 0.0
+    fingerprint = init_fingerprint(model)
     if args.resume and ckpt_path.exists():
         ck = torch.load(ckpt_path, map_location=device, weights_only=False)
         if ck.get("recipe") != args.recipe:
@@ -243,8 +268,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                    "total_steps": total_steps, "tokens_per_step": args.pack_tokens,
                    "bf16_backend": backend, "device": torch.cuda.get_device_name(device)
                    if device.type == "cuda" else "cpu", "torch": torch.__version__,
-                   "corpus": {"sources": meta["sources"], "train_tokens": train.n_tokens,
-                              "val_tokens": val.n_tokens}})
+                   "seed": args.seed, "init_fingerprint": fingerprint,
+                   "data_fingerprint": data_fingerprint(train, total_steps),
+                   "corpus": {"name": meta.get("name", args.data_dir.name), "packages": meta.get("packages"),
+                              "sources": meta["sources"], "train_tokens": train.n_tokens,
+                              "val_tokens": val.n_tokens, "val_packs": val.packs_per_epoch}})
     print(f"[{name}] {model.num_params() / 1e6:.1f}M params, recipe {args.recipe}, bf16 path {backend}, "
           f"{total_steps} steps x {args.pack_tokens} tokens = {total_steps * args.pack_tokens / 1e6:.1f}M tokens "
           f"({total_steps * args.pack_tokens / train.n_tokens:.2f} epochs of {train.n_tokens / 1e6:.1f}M)",
@@ -256,8 +284,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     def eval_and_diag(s: int, force_diag: bool = False) -> Optional[float]:
         vl = None
         if s % args.eval_every == 0 or s == total_steps:
-            vl = evaluate(model, val, args.eval_packs, device)
-            log.write({"type": "eval", "step": s, "tokens": s * args.pack_tokens, "val_loss": vl})
+            vl, sem, per_pack = evaluate(model, val, args.eval_packs, device)
+            log.write({"type": "eval", "step": s, "tokens": s * args.pack_tokens, "val_loss": vl,
+                       "val_loss_sem": sem, "val_packs": len(per_pack), "val_pack_losses": per_pack})
+            print(f"  eval step {s}: held-out {vl:.4f} ± {sem:.4f} (standard error over {len(per_pack)} packs)",
+                  flush=True)
         if s % args.diag_every == 0 or s == total_steps or force_diag:
             d = diagnostics(model, sample, args.recipe, device)
             log.write({"type": "diag", "step": s, **d})

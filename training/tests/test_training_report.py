@@ -1,0 +1,87 @@
+"""The seed-sweep report of training/report.py on synthetic logs (no torch, no plots)."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import report  # noqa: E402
+
+
+def write_run(runs, recipe, seed, final, truncated=False, fp="same", corpus="alt", hd=64):
+    d = runs / f"{corpus}-hd{hd}" / f"{recipe}-seed{seed}"
+    d.mkdir(parents=True)
+    cfg = {"type": "config", "recipe": recipe, "seed": seed, "params": 1e6, "tokens_per_step": 4096,
+           "model": {"head_dim": hd, "n_heads": 12, "n_kv_heads": 4}, "device": "test",
+           "init_fingerprint": f"w{seed}" if fp == "same" else "other", "data_fingerprint": f"d{seed}",
+           "corpus": {"name": corpus, "packages": ["git-doc"], "train_tokens": 1e6, "val_tokens": 1e5}}
+    recs = [cfg]
+    for step in (1, 2):
+        recs.append({"type": "train", "step": step, "tokens": 4096 * step, "loss": 3.0, "grad_norm": 1.0,
+                     "lr": 1e-3, "tok_per_s": 1e4})
+    for step, v in ((1, final + 0.5), (2, final)):
+        recs.append({"type": "eval", "step": step, "tokens": 4096 * step, "val_loss": v, "val_loss_sem": 0.01,
+                     "val_packs": 2, "val_pack_losses": [v - 0.1, v + 0.1]})
+    recs.append({"type": "end", "step": 2, "truncated": truncated})
+    (d / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def run_report(tmp_path, *extra):
+    md = tmp_path / "T.md"
+    if not md.exists():
+        md.write_text("# T\n\nintro\n")
+    assert report.main(["--runs-dir", str(tmp_path / "runs"), "--md", str(md), "--no-plots", *extra]) == 0
+    return md.read_text()
+
+
+def test_no_runs_says_so_and_keeps_the_rest(tmp_path):
+    (tmp_path / "runs").mkdir()
+    text = run_report(tmp_path)
+    assert text.startswith("# T\n\nintro\n")
+    assert report.NO_SEED_RUNS in text
+    assert report.SEEDS_BEGIN in text and report.SEEDS_END in text
+
+
+def test_paired_gaps_interval_and_verdict(tmp_path):
+    runs = tmp_path / "runs"
+    # gaps +1 %, +2 %, +3 %: mean 2, interval 2 +- 4.303/sqrt(3) = [-0.48, +4.48] -> needs ~7 seeds
+    for seed, (b, f) in {1: (2.0, 2.02), 2: (1.0, 1.02), 3: (1.0, 1.03)}.items():
+        write_run(runs, "bf16", seed, b)
+        write_run(runs, "fp8", seed, f)
+    text = run_report(tmp_path)
+    assert "+2.00 % [-0.48, +4.48]" in text
+    assert "cannot tell yet, needs ~7 seeds" in text
+    assert "+1.00, +2.00, +3.00" in text
+    assert "| bf16 | 3 | 1.3333 ± 0.5774 |" in text
+
+
+def test_report_block_is_kept_when_runs_are_gone(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        write_run(runs, "bf16", seed, 2.0)
+        write_run(runs, "fp8", seed, 2.0 * (1 + 0.001 * seed))
+    first = run_report(tmp_path)
+    assert "within 1 %" in first
+    for p in sorted(runs.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    assert run_report(tmp_path) == first
+
+
+def test_unfinished_and_unpaired_runs_are_left_out(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        write_run(runs, "bf16", seed, 2.0)
+    write_run(runs, "fp8", 1, 2.0)
+    write_run(runs, "fp8", 2, 2.2, truncated=True)
+    write_run(runs, "fp8", 3, 2.2, fp="differs")
+    text = run_report(tmp_path)
+    assert "fp8 seed 2: unfinished, left out" in text
+    assert "fp8 seed 3: initial weights or packs differ from bf16's, not paired" in text
+    assert "+0.00 % (one seed, no interval)" in text
+    assert "cannot tell yet, needs at least 2 paired seeds (has 1)" in text
+
+
+def test_average_of_last_evaluations(tmp_path):
+    runs = tmp_path / "runs"
+    write_run(runs, "bf16", 1, 2.0)
+    text = run_report(tmp_path, "--avg-last", "2")
+    assert "| bf16 | 1 | 2.2500 ± – |" in text  # (2.5 + 2.0) / 2
