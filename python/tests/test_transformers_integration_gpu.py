@@ -173,10 +173,9 @@ def test_gradients_finite_and_close_to_bf16(family):
               f"{control_err:.3f}); worst attention weight {worst} {attn[worst]:.3f}")
     # Measured on H200 (mma.sync and wgmma backward alike, bitwise equal to the specification
     # on the GPU suite): 0.31-0.33 for both recipes, v_proj the worst (0.45), the input-rounding
-    # control 0.047-0.049: the backward's own FP8 rounding (P, dO), a few percent per element,
-    # against weight gradients that are small cancelling sums at initialization
-    # (docs/NUMERICS.md §3). The bound separates that from broken gradients (order 1: a
-    # wrong head, document or layout), and from any growth of the known error.
+    # control 0.047-0.049: the excess comes from the backward's own FP8 rounding, by a
+    # mechanism not yet explained (docs/NUMERICS.md §3). The bound separates it from broken
+    # gradients (order 1: a wrong head, document or layout), and from any growth.
     for impl, flat in errors.items():
         assert flat < 0.4, (impl, flat, control_err)
 
