@@ -69,10 +69,11 @@ class ModelConfig:
 # identity, as FP8 training frameworks treat their quantizers).
 # ---------------------------------------------------------------------------------------
 def pow2_scale(amax: Tensor) -> Tensor:
-    """2^ceil(log2(amax/448)) in fp32; 1 where amax is 0 (same rule as flamia's scales)."""
+    """2^ceil(log2(amax/448)) in fp32; 2^-126 (the smallest) where amax is 0 (same rule as
+    flamia's scales, include/flamia/formats.h)."""
     amax = amax.float()
     s = torch.exp2(torch.ceil(torch.log2(amax / E4M3_MAX)))
-    return torch.where(amax > 0, s, torch.ones_like(s))
+    return torch.where(amax > 0, s, torch.full_like(s, 2.0 ** -126))
 
 
 def _round_e4m3(x: Tensor, scale: Tensor) -> Tensor:

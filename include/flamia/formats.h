@@ -150,7 +150,11 @@ FLAMIA_HD uint8_t e8m0_from_exponent(int e) { return uint8_t(e + 127); }
 // ---------------------------------------------------------------------------------------
 // The per-token scale rule (DESIGN §2): s = 2^e with e the smallest integer such that
 // amax <= 448 * 2^e, i.e. e = ceil(log2(amax / 448)) evaluated exactly (no division).
-// amax == 0 gives s = 1. e is clamped to [-126, 127] so that s is a normal fp32 number
+// amax == 0 gives the smallest scale, s = 2^-126: an all-zero row has zero codes whatever its
+// scale, but its scale is also folded into maxima taken over scaled values (P·sdo for dV's
+// per-key scale, p·sv for P's scale, dS·sq, dS·sk), where s = 1 would dominate every real row
+// (whose scales are ~amax/448) and flush their FP8 codes to zero: tokens without a loss term
+// (dO = 0) would wipe out dV. e is clamped to [-126, 127] so that s is a normal fp32 number
 // (flush-to-zero arithmetic on the GPU then cannot zero it) and an E8M0 code.
 // A non-finite amax gives NaN, so that NaN/Inf inputs poison their row instead of being
 // saturated into finite values.
@@ -158,9 +162,9 @@ FLAMIA_HD uint8_t e8m0_from_exponent(int e) { return uint8_t(e + 127); }
 constexpr int kScaleExpMin = -126;
 constexpr int kScaleExpMax = 127;
 
-// Exponent for a finite amax >= 0; returns 0 for amax == 0.
+// Exponent for a finite amax >= 0; kScaleExpMin for amax == 0.
 FLAMIA_HD int pow2_scale_exponent(float amax, float max_elem = E4M3::kMax) {
-  if (!(amax > 0.0f)) return 0;
+  if (!(amax > 0.0f)) return kScaleExpMin;
   // amax = f * 2^ea with f in [1, 2); max_elem = g * 2^eg with g in [1, 2).
   const uint32_t ua = f32_bits(amax), ug = f32_bits(max_elem);
   int ea = int(ua >> 23) - 127;

@@ -398,7 +398,7 @@ TEST(FormatsE8M0, Exp2iIsExactOverItsRange) {
 namespace {
 // Smallest e with amax <= 448 * 2^e, clamped to [-126, 127] (exact in double).
 int oracle_scale_exponent(float amax) {
-  if (amax == 0.0f) return 0;
+  if (amax == 0.0f) return fmt::kScaleExpMin;
   int e = -200;
   while (double(amax) > 448.0 * std::ldexp(1.0, e)) ++e;
   return std::min(std::max(e, fmt::kScaleExpMin), fmt::kScaleExpMax);
@@ -438,8 +438,10 @@ TEST(FormatsScale, Pow2ScaleSweep) {
 }
 
 TEST(FormatsScale, Pow2ScaleSpecialValues) {
-  EXPECT_EQ(fmt::pow2_scale(0.0f), 1.0f);
-  EXPECT_EQ(fmt::pow2_scale(-0.0f), 1.0f);
+  // An all-zero row gets the smallest scale, so that it never dominates a maximum over
+  // scaled values (formats.h).
+  EXPECT_EQ(fmt::pow2_scale(0.0f), std::ldexp(1.0f, fmt::kScaleExpMin));
+  EXPECT_EQ(fmt::pow2_scale(-0.0f), std::ldexp(1.0f, fmt::kScaleExpMin));
   EXPECT_EQ(fmt::pow2_scale(448.0f), 1.0f);
   EXPECT_EQ(fmt::pow2_scale(next_up(448.0f)), 2.0f);
   EXPECT_EQ(fmt::pow2_scale(224.0f), 0.5f);
