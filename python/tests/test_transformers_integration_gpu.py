@@ -168,14 +168,16 @@ def test_gradients_finite_and_close_to_bf16(family):
             assert torch.isfinite(g).all(), (impl, n)
         flat, attn = _grad_errors(got, want)
         worst = max(attn, key=attn.get)
-        errors[impl] = flat
+        errors[impl] = (flat, attn[worst], worst)
         print(f"{family} {impl}: parameter gradients rel L2 {flat:.3f} (FP8-rounded inputs alone: "
               f"{control_err:.3f}); worst attention weight {worst} {attn[worst]:.3f}")
     # With the first scale rule (1 for an all-zero row) tokens without a loss term (dO = 0)
     # flushed dV: 0.31-0.33 here on the H200, v_proj 0.45. With the smallest scale for such
-    # rows the CPU specification gives 0.058 (docs/NUMERICS.md §3).
-    for impl, flat in errors.items():
+    # rows the CPU specification gives 0.058-0.059 (Llama, Qwen2; both recipes), the worst
+    # attention tensor 0.11-0.17 (docs/NUMERICS.md §3).
+    for impl, (flat, worst_err, worst) in errors.items():
         assert flat < GRAD_BOUND, (impl, flat, control_err)
+        assert worst_err < 2 * GRAD_BOUND, (impl, worst, worst_err)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
