@@ -6,12 +6,18 @@ an autograd formula, instead of breaking the graph at a ctypes call. The forward
 the quantized-operand buffer ("qkv8") as a third output; autograd saves it, so q/k/v are
 quantized once per training step and the backward reuses them.
 
+Devices: CUDA tensors run the GPU kernels; CPU tensors run the CPU specification (the same
+numbers up to FP32 ordering noise, docs/NUMERICS.md §5; exact and slow: for tests and for
+diagnosing numerics inside a model on a machine without a GPU). All tensors of a call share
+one device.
+
 Validation policy: the C library checks shapes, dtypes, strides and cu_seqlens and names the
-bad argument; Python only checks what the library cannot see (a CPU tensor handed to the
-CUDA-only autograd path, a dtype the ABI has no code for, a rank needed for allocation).
+bad argument; Python only checks what the library cannot see (tensors on different devices,
+a dtype the ABI has no code for, a rank needed for allocation).
 """
 
-from typing import Optional, Tuple, Union
+import contextlib
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -42,15 +48,27 @@ def tensor_view(t: Tensor, name: str) -> _lib.Tensor:
     elif t.device.type == "cpu":
         dev = _lib.DEVICE_HOST
     else:
-        raise FlamiaError(f"flamia: {name} is on device {t.device}; expected a CUDA tensor")
+        raise FlamiaError(f"flamia: {name} is on device {t.device}; expected a CUDA or a CPU tensor")
     return _lib.Tensor.make(t.data_ptr(), dt, tuple(t.shape), tuple(t.stride()), dev)
 
 
-def _require_cuda(t: Tensor, name: str) -> None:
-    if not isinstance(t, Tensor):
-        raise FlamiaError(f"flamia: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cuda":
-        raise FlamiaError(f"flamia: {name} must be a CUDA tensor (got device {t.device})")
+def _require_one_device(named: Sequence[Tuple[str, Tensor]]) -> torch.device:
+    """Every tensor on the first one's device, CUDA or CPU; returns that device."""
+    for name, t in named:
+        if not isinstance(t, Tensor):
+            raise FlamiaError(f"flamia: {name} must be a torch.Tensor, got {type(t).__name__}")
+    first, dev = named[0][0], named[0][1].device
+    if dev.type not in ("cuda", "cpu"):
+        raise FlamiaError(f"flamia: {first} is on device {dev}; expected a CUDA or a CPU tensor")
+    kind = "CUDA" if dev.type == "cuda" else "CPU"
+    for name, t in named[1:]:
+        if t.device != dev:
+            raise FlamiaError(f"flamia: {name} must be a {kind} tensor on {dev} like {first} (got device {t.device})")
+    return dev
+
+
+def _on(dev: torch.device):
+    return torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
 
 
 def _require_rank(t: Tensor, name: str, ndim: int, layout: str) -> None:
@@ -83,21 +101,19 @@ def forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int
             softmax_scale: float = 0.0, recipe: str = "fp8",
             for_backward: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
     """Quantize + forward. Returns (out [T,Hq,D] bf16, lse [Hq,T] fp32, qkv8 uint8)."""
-    for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)):
-        _require_cuda(t, name)
+    dev = _require_one_device((("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)))
     _require_rank(q, "q", 3, "[T, Hq, D]")
     _require_rank(k, "k", 3, "[T, Hkv, D]")
     lib = _lib.get()
     rid = _lib.recipe_id(recipe)
     T, hq, d = q.shape
     hkv = k.shape[1]
-    dev = q.device
     out = torch.empty((T, hq, d), dtype=torch.bfloat16, device=dev)
     lse = torch.empty((hq, T), dtype=torch.float32, device=dev)
     nbytes = lib.qkv8_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, rid, for_backward)
     # nbytes == 0 means the sizes are invalid; the forward call below then reports which.
     qkv8 = torch.empty((nbytes,), dtype=torch.uint8, device=dev)
-    with torch.cuda.device(dev):
+    with _on(dev):
         args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe)
         lib.forward(args, tensor_view(out, "out"), tensor_view(lse, "lse"),
                     qkv8.data_ptr() if nbytes else 0, nbytes, False)
@@ -108,16 +124,14 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
              cu_seqlens: Tensor, max_seqlen: int, causal: bool = True, softmax_scale: float = 0.0,
              recipe: str = "fp8") -> Tuple[Tensor, Tensor, Tensor]:
     """Backward from the forward's saved (out, lse, qkv8). Returns (dq, dk, dv) in bf16."""
-    for name, t in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse),
-                    ("qkv8", qkv8), ("cu_seqlens", cu_seqlens)):
-        _require_cuda(t, name)
+    dev = _require_one_device((("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse),
+                               ("qkv8", qkv8), ("cu_seqlens", cu_seqlens)))
     _require_rank(q, "q", 3, "[T, Hq, D]")
     _require_rank(k, "k", 3, "[T, Hkv, D]")
     lib = _lib.get()
     rid = _lib.recipe_id(recipe)
     T, hq, d = q.shape
     hkv = k.shape[1]
-    dev = q.device
     # The kernels read dout with a contiguous head dim; a transposed/expanded grad is common.
     dout = dout.contiguous()
     dq = torch.empty((T, hq, d), dtype=torch.bfloat16, device=dev)
@@ -125,7 +139,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     dv = torch.empty(tuple(v.shape), dtype=torch.bfloat16, device=dev)
     wbytes = lib.backward_workspace_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, rid)
     ws = torch.empty((wbytes,), dtype=torch.uint8, device=dev)
-    with torch.cuda.device(dev):
+    with _on(dev):
         args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe)
         lib.backward(args, tensor_view(dout, "dout"), tensor_view(out, "out"), tensor_view(lse, "lse"),
                      qkv8.data_ptr() if qkv8.numel() else 0, qkv8.numel(),
@@ -209,13 +223,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: i
               return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """FP8 attention over a packed batch of documents.
 
-    q [T, Hq, D], k/v [T, Hkv, D] bf16 CUDA tensors (Hq a multiple of Hkv, D in {64, 128},
+    q [T, Hq, D], k/v [T, Hkv, D] bf16 tensors (Hq a multiple of Hkv, D in {64, 128},
     last dim contiguous); cu_seqlens int32 [B+1] on the same device; max_seqlen >= the
-    longest document. Runs on torch.cuda.current_stream(). Returns out [T, Hq, D] bf16
-    (and lse [Hq, T] fp32 when return_lse). Differentiable w.r.t. q, k, v.
+    longest document. CUDA tensors run on torch.cuda.current_stream(); CPU tensors run the
+    CPU specification (slow; tests and diagnosis). Returns out [T, Hq, D] bf16 (and lse
+    [Hq, T] fp32 when return_lse). Differentiable w.r.t. q, k, v.
     """
-    for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)):
-        _require_cuda(t, name)
+    _require_one_device((("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)))
     _lib.recipe_id(recipe)  # fail early, with the list of recipes
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens, int(max_seqlen), bool(causal),

@@ -10,6 +10,7 @@ torch = require_gpu()
 
 import flamia  # noqa: E402
 from flamia import FlamiaError  # noqa: E402
+from flamia.reference import rel_l2  # noqa: E402
 
 
 @pytest.fixture
@@ -27,9 +28,15 @@ def _raises(fn, pattern: str) -> str:
 
 def test_cpu_tensors(pack):
     q, k, v, _, cu = pack
-    _raises(lambda: flamia.attention(q.cpu(), k.cpu(), v.cpu(), cu.cpu(), 100), r"flamia: q must be a CUDA tensor")
-    _raises(lambda: flamia.attention(q, k, v.cpu(), cu, 100), r"flamia: v must be a CUDA tensor")
-    _raises(lambda: flamia.attention(q, k, v, cu.cpu(), 100), r"flamia: cu_seqlens must be a CUDA tensor")
+    # All on the CPU: the CPU specification, which the kernels equal up to FP32 ordering noise.
+    max_seqlen = int((cu[1:] - cu[:-1]).max())
+    on_cpu = flamia.attention(q.cpu(), k.cpu(), v.cpu(), cu.cpu(), max_seqlen)
+    on_gpu = flamia.attention(q, k, v, cu, max_seqlen).cpu()
+    assert rel_l2(on_gpu, on_cpu) < 2e-3
+    # Mixed devices name the tensor and the device expected.
+    _raises(lambda: flamia.attention(q, k, v.cpu(), cu, 100), r"flamia: v must be a CUDA tensor on cuda")
+    _raises(lambda: flamia.attention(q, k, v, cu.cpu(), 100), r"flamia: cu_seqlens must be a CUDA tensor on cuda")
+    _raises(lambda: flamia.attention(q.cpu(), k, v, cu, 100), r"flamia: k must be a CPU tensor on cpu like q")
 
 
 def test_float32(pack):
