@@ -43,9 +43,6 @@ float to_accumulator(double v, int sum_frac_bits) {
   return float(v);  // exact: at most 24 significant bits on the FP32 grid
 }
 
-}  // namespace
-
-namespace {
 
 double pow2(int e) {  // 2^e for e in [-1022, 1023]
   const uint64_t u = uint64_t(1023 + e) << 52;
@@ -60,55 +57,33 @@ uint32_t bits(float x) {
   return u;
 }
 
-// The general step: any operand may be NaN or Inf.
-float step_general(const StepRule& rule, float c, bool has_c, const float* a, const float* b) {
-  double terms[65];
-  int exps[65];
-  const int n = rule.k;
-  int count = 0;
+bool nan_or_inf(float x) { return (bits(x) >> 23 & 0xffu) == 0xffu; }
+
+// A step with a NaN or Inf operand (or incoming accumulator) has a NaN or Inf term, which
+// decides the result alone: the canonical NaN for a NaN, Inf - Inf or Inf * 0, else that Inf.
+float special_step(int n, float c, bool has_c, const float* a, const float* b) {
   bool nan = false, pinf = false, ninf = false;
-  auto add = [&](double t, int e) {
+  auto add = [&](double t) {
     if (std::isnan(t)) nan = true;
     else if (std::isinf(t)) (t > 0 ? pinf : ninf) = true;
-    else if (t != 0.0) {
-      terms[count] = t;
-      exps[count++] = e;
-    }
   };
-  // Exponent of a finite nonzero value in a format whose smallest normal exponent is emin.
-  auto expo = [](float x, int emin) { return std::max(std::ilogb(x), emin); };
-  if (has_c) add(double(c), c != 0.0f && std::isfinite(c) ? expo(c, -126) : 0);
-  for (int i = 0; i < n; ++i) {
-    const double p = double(a[i]) * double(b[i]);  // exact; Inf * 0 is NaN
-    add(p, p != 0.0 && std::isfinite(p) ? expo(a[i], rule.operand_min_exp) + expo(b[i], rule.operand_min_exp) : 0);
-  }
+  if (has_c) add(double(c));
+  for (int i = 0; i < n; ++i) add(double(a[i]) * double(b[i]));  // exact; Inf * 0 is NaN
   if (nan || (pinf && ninf)) return canonical_nan();
-  if (pinf) return std::numeric_limits<float>::infinity();
-  if (ninf) return -std::numeric_limits<float>::infinity();
-  if (count == 0) return 0.0f;
-  int e_max = exps[0];
-  for (int i = 1; i < count; ++i) e_max = std::max(e_max, exps[i]);
-  const int q = e_max - rule.term_frac_bits;
-  // In units of 2^q each cut term is an integer below 2^(term_frac_bits + 2) (a product's
-  // significand is below 4); their sum (at most 33 terms) is exact in double, and so are
-  // the scalings by powers of two (|q| < 300).
-  const double down = std::ldexp(1.0, -q);
-  double units = 0.0;
-  for (int i = 0; i < count; ++i) units += std::trunc(terms[i] * down);
-  return to_accumulator(std::ldexp(units, q), rule.sum_frac_bits);
+  return pinf ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
 }
 
 }  // namespace
 
-// The same function as step_general, faster when every value is finite (the specification
-// calls this billions of times): exponents from the FP32 exponent field, which for the
-// FP32-subnormal BF16 values gives -127 and is then raised to the format's minimum like
-// ilogb's result would be.
+// Every term finite: exponents from the FP32 exponent field (for the FP32-subnormal BF16
+// values it gives -127, raised to the format's minimum as for ilogb's result); the terms
+// cut to multiples of 2^q and summed as integers, exactly (the specification calls this
+// billions of times).
 float mma_step(const StepRule& rule, float c, bool has_c, const float* a, const float* b) {
   const int n = rule.k;
-  uint32_t special = has_c ? (bits(c) >> 23 & 0xffu) == 0xffu : 0u;
-  for (int i = 0; i < n; ++i) special |= ((bits(a[i]) >> 23 & 0xffu) == 0xffu) | ((bits(b[i]) >> 23 & 0xffu) == 0xffu);
-  if (special) return step_general(rule, c, has_c, a, b);
+  bool special = has_c && nan_or_inf(c);
+  for (int i = 0; i < n; ++i) special |= nan_or_inf(a[i]) | nan_or_inf(b[i]);
+  if (special) return special_step(n, c, has_c, a, b);
   auto expo = [](float x, int emin) { return std::max(int(bits(x) >> 23 & 0xffu) - 127, emin); };
   constexpr int kNone = std::numeric_limits<int>::min();
   int e_max = has_c && c != 0.0f ? expo(c, -126) : kNone;
