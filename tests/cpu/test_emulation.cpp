@@ -211,9 +211,7 @@ void expect_bits_equal(const Bits& a, const Bits& b, const char* what) {
 // The transcription sums every dot product in FP32; the wgmma accumulation has its own tests
 // (test_tensor_core.cpp, test_wgmma_spec.cpp).
 void expect_matches_literal(const Pack& pk, EmulationConfig cfg) {
-  cfg.arith.s = Accumulation::Fp32;
-  cfg.arith.pv = Accumulation::Fp32;
-  cfg.arith.bwd = Accumulation::Fp32;
+  cfg = with_accumulation(cfg, Accumulation::Fp32);
   SCOPED_TRACE(std::string(scheme_name(cfg.scheme)) + " " + recipe_name(cfg.recipe) + " " + describe(pk));
   const Outputs got = run_emulation(pk, cfg, true);
   const Literal lit(pk, cfg);

@@ -25,6 +25,12 @@ inline EmulationConfig config(Scheme scheme, flamia_recipe recipe) {
   return cfg;
 }
 
+// cfg with every matmul summed by `acc` (S, the forward's P·V, the backward's products).
+inline EmulationConfig with_accumulation(EmulationConfig cfg, Accumulation acc) {
+  cfg.arith = Arithmetic{acc, acc, acc};
+  return cfg;
+}
+
 inline const char* recipe_name(flamia_recipe r) { return r == FLAMIA_RECIPE_FP8 ? "fp8" : "fp8_mixed"; }
 
 inline std::string describe(const Pack& pk) {

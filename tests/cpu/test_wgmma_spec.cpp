@@ -17,19 +17,11 @@ namespace testing {
 namespace {
 
 EmulationConfig fp32_config(Scheme scheme, flamia_recipe recipe) {
-  EmulationConfig cfg = config(scheme, recipe);
-  cfg.arith.s = Accumulation::Fp32;
-  cfg.arith.pv = Accumulation::Fp32;
-  cfg.arith.bwd = Accumulation::Fp32;
-  return cfg;
+  return with_accumulation(config(scheme, recipe), Accumulation::Fp32);
 }
 
 EmulationConfig wgmma_config(Scheme scheme, flamia_recipe recipe) {
-  EmulationConfig cfg = config(scheme, recipe);
-  cfg.arith.s = Accumulation::Wgmma;
-  cfg.arith.pv = Accumulation::Wgmma;
-  cfg.arith.bwd = Accumulation::Wgmma;
-  return cfg;
+  return with_accumulation(config(scheme, recipe), Accumulation::Wgmma);
 }
 
 // Relative L2 difference of two outputs of the same problem.
