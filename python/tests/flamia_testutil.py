@@ -32,22 +32,23 @@ def require_gpu():
     return torch
 
 
-def make_pack(lengths: Sequence[int], hq: int, hkv: int, d: int, seed: int = 0, scale_rows=None):
-    """Random normal bf16 q/k/v/dout for a pack, and cu_seqlens (int32, CUDA)."""
+def make_pack(lengths: Sequence[int], hq: int, hkv: int, d: int, seed: int = 0, scale_rows=None,
+              device: str = "cuda"):
+    """Random normal bf16 q/k/v/dout for a pack, and cu_seqlens (int32), on `device`."""
     import torch
 
-    g = torch.Generator(device="cuda")
+    g = torch.Generator(device=device)
     g.manual_seed(seed)
     T = sum(lengths)
 
     def rn(h):
-        return torch.randn((T, h, d), generator=g, device="cuda").to(torch.bfloat16)
+        return torch.randn((T, h, d), generator=g, device=device).to(torch.bfloat16)
 
     q, k, v, dout = rn(hq), rn(hkv), rn(hkv), rn(hq)
     cu = [0]
     for n in lengths:
         cu.append(cu[-1] + n)
-    return q, k, v, dout, torch.tensor(cu, dtype=torch.int32, device="cuda")
+    return q, k, v, dout, torch.tensor(cu, dtype=torch.int32, device=device)
 
 
 def grads(q, k, v, cu, max_seqlen, dout, **kw) -> Tuple:
@@ -93,3 +94,37 @@ def collated_batch(transformers, docs, device="cpu"):
     collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)
     batch = collate([{"input_ids": d.tolist()} for d in docs])
     return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+# ---- parameter gradients of a transformers causal LM (packed vs per-document) ---------------
+def packed_grads(model, ids, pos):
+    """Gradients of the loss over one packed row (position_ids restart per document), labels
+    as DataCollatorWithFlattening makes them: none at a document's first token, so that no
+    document predicts the next one."""
+    model.train()
+    model.zero_grad(set_to_none=True)
+    labels = ids.clone()
+    labels[pos == 0] = -100
+    model(input_ids=ids, position_ids=pos, labels=labels, use_cache=False).loss.backward()
+    return {n: p.grad.float().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def per_document_grads(model, docs):
+    """The same loss terms as packed_grads, each document run on its own."""
+    model.train()
+    model.zero_grad(set_to_none=True)
+    loss = 0.0
+    for d in docs:
+        loss = loss + model(input_ids=d[None], labels=d[None], use_cache=False).loss * (len(d) - 1)
+    (loss / sum(len(d) - 1 for d in docs)).backward()
+    return {n: p.grad.float().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def grad_errors(got, want):
+    """(relative L2 of all gradients together, {attention parameter: its relative L2})."""
+    import torch
+    from flamia.reference import rel_l2
+
+    flat = rel_l2(torch.cat([got[n].flatten() for n in want]), torch.cat([want[n].flatten() for n in want]))
+    attn = {n: rel_l2(got[n], want[n]) for n in want if "self_attn" in n}
+    return flat, attn

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 import flamia  # noqa: E402
 from flamia import FlamiaError, _lib  # noqa: E402
 from flamia.reference import attention_reference, rel_l2  # noqa: E402
+from flamia_testutil import grad_errors, make_pack, packed_grads, per_document_grads  # noqa: E402
 
 try:
     _lib.get()
@@ -22,17 +23,9 @@ BOUNDS = {"fp8": dict(o=0.066, dq=0.090, dk=0.089, dv=0.072),
           "fp8_mixed": dict(o=0.066, dq=0.074, dk=0.073, dv=0.072)}
 
 
-def _pack(lengths, hq, hkv, d, seed):
-    g = torch.Generator().manual_seed(seed)
-    T = sum(lengths)
-    q, k, v, dout = (torch.randn((T, h, d), generator=g).to(torch.bfloat16) for h in (hq, hkv, hkv, hq))
-    cu = torch.tensor([0] + [sum(lengths[:i + 1]) for i in range(len(lengths))], dtype=torch.int32)
-    return q, k, v, dout, cu
-
-
 @pytest.mark.parametrize("recipe", ["fp8", "fp8_mixed"])
 def test_matches_float64_within_the_bounds(recipe):
-    q, k, v, dout, cu = _pack([70, 130, 1, 64], 4, 2, 64, seed=1)
+    q, k, v, dout, cu = make_pack([70, 130, 1, 64], 4, 2, 64, seed=1, device="cpu")
     qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
     out = flamia.attention(qr, kr, vr, cu, 130, recipe=recipe)
     dq, dk, dv = torch.autograd.grad(out, (qr, kr, vr), dout)
@@ -44,7 +37,7 @@ def test_matches_float64_within_the_bounds(recipe):
 
 
 def test_one_device_per_call():
-    q, k, v, _, cu = _pack([50, 30], 2, 2, 64, seed=2)
+    q, k, v, _, cu = make_pack([50, 30], 2, 2, 64, seed=2, device="cpu")
     if torch.cuda.is_available():
         with pytest.raises(FlamiaError, match=r"flamia: k must be a CPU tensor on cpu like q"):
             flamia.attention(q, k.cuda(), v, cu, 50)
@@ -79,14 +72,6 @@ def test_transformers_packed_training_gradients():
     docs = [torch.randint(1, 1024, (n,), generator=g) for n in (100, 300, 37)]
     ids = torch.cat(docs)[None]
     pos = torch.cat([torch.arange(len(d)) for d in docs])[None]
-    labels = ids.clone()
-    labels[pos == 0] = -100  # as DataCollatorWithFlattening: no document predicts the next
-    ours(input_ids=ids, position_ids=pos, labels=labels, use_cache=False).loss.backward()
-    loss = sum(ref(input_ids=d[None], labels=d[None], use_cache=False).loss * (len(d) - 1) for d in docs)
-    (loss / sum(len(d) - 1 for d in docs)).backward()
-    names = [n for n, _ in ours.named_parameters()]
-    got, want = dict(ours.named_parameters()), dict(ref.named_parameters())
-    flat = rel_l2(torch.cat([got[n].grad.float().flatten() for n in names]),
-                  torch.cat([want[n].grad.float().flatten() for n in names]))
-    worst = max((rel_l2(got[n].grad.float(), want[n].grad.float()), n) for n in names if "self_attn" in n)
-    assert flat < 0.12 and worst[0] < 0.24, (flat, worst)
+    flat, attn = grad_errors(packed_grads(ours, ids, pos), per_document_grads(ref, docs))
+    worst = max(attn, key=attn.get)
+    assert flat < 0.12 and attn[worst] < 0.24, (flat, worst, attn[worst])

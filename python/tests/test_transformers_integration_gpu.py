@@ -10,7 +10,8 @@ import os
 
 import pytest
 
-from flamia_testutil import collated_batch, padded_batch, require_gpu
+from flamia_testutil import (collated_batch, grad_errors, packed_grads, padded_batch, per_document_grads,
+                             require_gpu)
 
 torch = require_gpu()
 transformers = pytest.importorskip("transformers")
@@ -118,34 +119,6 @@ def _fp8_inputs_sdpa(module, query, key, value, attention_mask, **kwargs):
     return sdpa_attention_forward(module, rounded(query), rounded(key), rounded(value), attention_mask, **kwargs)
 
 
-def _packed_grads(model, ids, pos):
-    model.train()
-    model.zero_grad(set_to_none=True)
-    # As DataCollatorWithFlattening does: no label at a document's first token, so that no
-    # document predicts the next one.
-    labels = ids.clone()
-    labels[pos == 0] = -100
-    model(input_ids=ids, position_ids=pos, labels=labels, use_cache=False).loss.backward()
-    return {n: p.grad.float().clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def _per_document_grads(model, docs):
-    # Each document on its own: the same loss terms as the packed batch.
-    model.train()
-    model.zero_grad(set_to_none=True)
-    loss = 0.0
-    for d in docs:
-        loss = loss + model(input_ids=d[None], labels=d[None], use_cache=False).loss * (len(d) - 1)
-    (loss / sum(len(d) - 1 for d in docs)).backward()
-    return {n: p.grad.float().clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def _grad_errors(got, want):
-    flat = rel_l2(torch.cat([got[n].flatten() for n in want]), torch.cat([want[n].flatten() for n in want]))
-    attn = {n: rel_l2(got[n], want[n]) for n in want if "self_attn" in n}
-    return flat, attn
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gradients_finite_and_close_to_bf16(family):
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -155,18 +128,18 @@ def test_gradients_finite_and_close_to_bf16(family):
     ref = make_model(family, "sdpa")
     docs = documents(LENGTHS, seed=3)
     ids, pos = packed(docs)
-    want = _per_document_grads(ref, docs)
+    want = per_document_grads(ref, docs)
     control = make_model(family, "fp8_inputs_sdpa")
     control.load_state_dict(ref.state_dict())
-    control_err, _ = _grad_errors(_per_document_grads(control, docs), want)
+    control_err, _ = grad_errors(per_document_grads(control, docs), want)
     errors = {}
     for impl in sorted(flamia_hf.IMPLEMENTATIONS):
         ours = make_model(family, impl)
         ours.load_state_dict(ref.state_dict())
-        got = _packed_grads(ours, ids, pos)
+        got = packed_grads(ours, ids, pos)
         for n, g in got.items():
             assert torch.isfinite(g).all(), (impl, n)
-        flat, attn = _grad_errors(got, want)
+        flat, attn = grad_errors(got, want)
         worst = max(attn, key=attn.get)
         errors[impl] = (flat, attn[worst], worst)
         print(f"{family} {impl}: parameter gradients rel L2 {flat:.3f} (FP8-rounded inputs alone: "
