@@ -485,6 +485,9 @@ void tile_product(const EmulationConfig& cfg, bool fp8, const float* x, int r0, 
     return;
   }
   const tc::StepRule& rule = fp8 ? tc::kHopperE4M3 : tc::kHopperBF16;
+  // A copy per tile rather than one transpose per document: its rows r < r0 (masked) stay
+  // zero, as the kernels' masked products are (0 times a finite code); the specification's
+  // operand values of a non-finite row are NaN, and 0 * NaN would reach other rows' results.
   col.assign(size_t(D) * n, 0.0f);  // [D][n]
   for (int r = r0; r < n; ++r) {
     const float* o = row(r);
