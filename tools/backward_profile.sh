@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Where the backward's time goes: Nsight Compute on one launch of each backward kernel
-# (dK/dV, dQ) at fixed-16k, fp8 — throughput, occupancy, issue and stall reasons.
+# (dK/dV, dQ) at fixed-16k, fp8 — throughput, occupancy, issue and stall reasons, and the
+# executed instructions per score (fixed-16k computes 2 docs x 16 heads x 8,256 tiles of
+# 128 x 128 = 4.33e9 scores per matmul, masked diagonal tiles included).
 #   bash tools/backward_profile.sh          (OUT: log folder, default ./out; BUILD_DIR: build-gpu)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +19,10 @@ for k in dkdv_kernel dq_kernel; do
   echo "==== ncu: $k, fixed-16k fp8"
   timeout 240 ncu --clock-control none -k "regex:$k" -c 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section SchedulerStats --print-details all \
+    --section SchedulerStats --section InstructionStats --print-details all \
     "$BUILD/flamia_bench" --workloads fixed-16k --recipes fp8 --iters 1 --warmup 0 >"$OUT/ncu_$k.txt" 2>&1
   grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Compute \(SM\) Throughput|Memory Throughput|Stall [A-Z]|Warp Cycles Per Issued" \
     "$OUT/ncu_$k.txt" | head -45
+  # ncu counts warp instructions; x32 threads / 4.33e9 scores.
+  awk '/ Executed Instructions  /{gsub(",","",$NF); printf "thread instructions per score: %.1f\n", $NF*32/4.3285e9; exit}'     "$OUT/ncu_$k.txt"
 done
