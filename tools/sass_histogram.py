@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Opcode histogram of one kernel's SASS, for the per-score instruction budget.
 
-    cuobjdump -sass build/libflamia.so > all.sass
+    cuobjdump -sass build/libflamia.so > all.sass      (or: nvdisasm -c kernel.cubin > all.sass)
     python3 tools/sass_histogram.py all.sass forward_fast_kernelILi128 [--scores-per-thread 64]
 
 Counts the instructions of the first function whose mangled name contains the pattern,
@@ -29,7 +29,7 @@ def main() -> int:
     inside = False
     name = None
     for line in text:
-        m = re.match(r"\s*Function : (\S+)", line)
+        m = re.match(r"\s*(?:Function : |//-+ \.text\.)(\S+)", line)
         if m:
             if inside:
                 break

@@ -444,13 +444,13 @@ PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const O
       // dP (and the kernels' dPᵀ): the same chain of steps over D as S.
       row_dots(cfg.arith.bwd, cfg.scheme, do8.row(ti, h), vt.data(), [&](int j) { return v8.row(base + j, kvh); }, L,
                D, 0, jend, dp.data());
+      // S c = s (sk c) sq and dP = dp sdo sv with the powers of two multiplied first (exact,
+      // so each of exp2's argument and dP - D keeps its one rounding), as the kernels do.
       const float sq = q8.s(ti, h), sdo = do8.s(ti, h);
       for (int j = 0; j < jend; ++j) {
-        const float S = (s[j] * sq) * k8.s(base + j, kvh);
-        const float P = std::exp2(std::fmaf(S, c, -lse2[i]));
-        const float dP = (dp[j] * sdo) * v8.s(base + j, kvh);
+        const float P = std::exp2(std::fmaf(s[j], (k8.s(base + j, kvh) * c) * sq, -lse2[i]));
         pm.P[size_t(i) * L + j] = P;
-        pm.dS[size_t(i) * L + j] = P * (dP - Drow[i]);
+        pm.dS[size_t(i) * L + j] = P * std::fmaf(dp[j], sdo * v8.s(base + j, kvh), -Drow[i]);
       }
     }
   });
@@ -519,7 +519,7 @@ void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMat
         float scale = round_tile_operand(x.data() + r0, n - r0, prec.pdo_fp8);
         tile_product(cfg, prec.pdo_fp8, x.data(), r0, n, D, [&](int r) { return do8.row(base + m0 + r, h); },
                      col, tile.data());
-        for (int d = 0; d < D; ++d) dvj[d] += scale * tile[d];
+        for (int d = 0; d < D; ++d) dvj[d] = std::fma(scale, tile[d], dvj[d]);
         // dK: dS with Q's scale folded in, times q8 (fp8); or bf16(dS) times bf16 q.
         for (int r = r0; r < n; ++r) {
           const float ds = pm.dS[size_t(m0 + r) * L + j];
@@ -529,7 +529,7 @@ void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMat
         tile_product(cfg, prec.ds_fp8, x.data(), r0, n, D,
                      [&](int r) { return prec.ds_fp8 ? q8.row(base + m0 + r, h) : q8.bf16_row(base + m0 + r, h); },
                      col, tile.data());
-        for (int d = 0; d < D; ++d) dkj[d] += scale * tile[d];
+        for (int d = 0; d < D; ++d) dkj[d] = std::fma(scale, tile[d], dkj[d]);
       }
     }
   });
@@ -555,7 +555,7 @@ void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices
         tile_product(cfg, prec.ds_fp8, x.data(), 0, w, D,
                      [&](int r) { return prec.ds_fp8 ? k8.row(base + n0 + r, kvh) : k8.bf16_row(base + n0 + r, kvh); },
                      col, tile.data());
-        for (int d = 0; d < D; ++d) acc[d] += scale * tile[d];
+        for (int d = 0; d < D; ++d) acc[d] = std::fma(scale, tile[d], acc[d]);
       }
       uint16_t* out = dq + (size_t(base + i) * p.hq + h) * D;
       for (int d = 0; d < D; ++d) out[d] = fmt::f32_to_bf16_bits(p.softmax_scale * acc[d]);

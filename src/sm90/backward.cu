@@ -72,17 +72,19 @@ struct BwdArgs {
   float softmax_scale;
 };
 
-// P and dS of one visible (query, key) pair (ALGORITHM.md §3); callers zero masked pairs
-// by selection, so nothing of a masked pair (a NaN scale, say) can reach a result.
+// P and dS of one visible (query, key) pair (ALGORITHM.md §3), from the two dot products
+// and the pair's scale products s_comb = (sk c) sq and dp_comb = sdo sv. The scales are
+// powers of two, so these products are exact and P = exp2(S c - lse2) and dP - D each keep
+// the single rounding the specification gives them, at one multiply per pair instead of two
+// (dP - D is one fused multiply-add). Callers zero masked pairs by selection, so nothing of
+// a masked pair (a NaN scale, say) can reach a result.
 struct PairGrad {
   float p, ds;
 };
-__device__ __forceinline__ PairGrad pair_grad(float s_dot, float dp_dot, float sq, float sk, float sdo,
-                                              float sv, float lse2, float d, float c) {
-  const float s = score(s_dot, sq, sk);
-  const float p = ptx::ex2(fmaf(s, c, -lse2));
-  const float dp = __fmul_rn(__fmul_rn(dp_dot, sdo), sv);
-  return {p, __fmul_rn(p, __fsub_rn(dp, d))};
+__device__ __forceinline__ PairGrad pair_grad(float s_dot, float dp_dot, float s_comb, float dp_comb, float lse2,
+                                              float d) {
+  const float p = ptx::ex2(fmaf(s_dot, s_comb, -lse2));
+  return {p, __fmul_rn(p, fmaf(dp_dot, dp_comb, -d))};
 }
 
 // The A operand of a product reduced over the tile's 64 tokens, from an accumulator-layout
@@ -101,16 +103,16 @@ __device__ __forceinline__ TokenOperand<kBf16> token_operand(const TileAcc& x) {
     op.scale[0] = op.scale[1] = 1.0f;
   } else {
     row_pow2_scales(x, op.scale);
-    const float inv[2] = {__frcp_rn(op.scale[0]), __frcp_rn(op.scale[1])};
+    const float inv[2] = {pow2_reciprocal(op.scale[0]), pow2_reciprocal(op.scale[1])};
     pack_fp8_a(x, inv, op.a);
   }
   return op;
 }
 
 // acc += scale[row] * (A · B): the tile product in a fresh accumulator (scale-d 0 on the
-// first step, the steps chained in ascending token order), then scaled (a power of two:
-// exact) and added in FP32. B: a ColTile (FP8) or Bf16ColTile at shared address bt.
-template <int D, bool kBf16>
+// first step, the steps chained in ascending token order), then scaled and added in FP32 by
+// one fused multiply-add (the scale is a power of two, so the product is exact). B: a ColTile (FP8) or Bf16ColTile at shared address bt.
+template <int D, bool kBf16, bool kLast>
 __device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4], TokenOperand<kBf16>& op,
                                                          uint32_t bt) {
   float fresh[D / 8][4];
@@ -132,8 +134,9 @@ __device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4],
   for (int n = 0; n < D / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      acc[n][e] = kBf16 ? __fadd_rn(acc[n][e], fresh[n][e])
-                        : __fadd_rn(acc[n][e], __fmul_rn(op.scale[e >> 1], fresh[n][e]));
+      acc[n][e] = kBf16    ? __fadd_rn(acc[n][e], fresh[n][e])
+                  : kLast ? fmaf(op.scale[e >> 1], fresh[n][e], acc[n][e])
+                          : __fadd_rn(acc[n][e], __fmul_rn(op.scale[e >> 1], fresh[n][e]));
 }
 
 // Stores rows [0, 16) of a warp's D-wide accumulator (scaled) as bf16 for rows < valid.
@@ -245,11 +248,11 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   const float* dvec = reinterpret_cast<const float*>(st_ptr + S::kDvecT);
   const int q = lane_id() & 3, row0 = 16 * (warp_id() & 3);
   // This lane's key rows are row0 + g and row0 + g + 8 of the warpgroup's 64 keys.
-  float sk_row[2], sv_row[2];
+  float skc_row[2], sv_row[2];  // sk c, sv
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int j = row0 + (lane_id() >> 2) + 8 * r;
-    sk_row[r] = reinterpret_cast<const float*>(smem + keys + S::kSk)[j];
+    skc_row[r] = __fmul_rn(reinterpret_cast<const float*>(smem + keys + S::kSk)[j], c);
     sv_row[r] = reinterpret_cast<const float*>(smem + keys + S::kSv)[j];
   }
 
@@ -267,16 +270,16 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     for (int e = 0; e < 4; ++e) {
       const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
       const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
-      const PairGrad pg = pair_grad(s[n][e], dp[n][e], sq[col], sk_row[r], sdo[col], sv_row[r],
-                                    __fmul_rn(lse[col], kLog2e), dvec[col], c);
+      const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(skc_row[r], sq[col]),
+                                    __fmul_rn(sdo[col], sv_row[r]), __fmul_rn(lse[col], kLog2e), dvec[col]);
       s[n][e] = visible ? __fmul_rn(pg.p, sdo[col]) : 0.0f;
       dp[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sq[col])) : 0.0f;
     }
   // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
   TokenOperand<false> pv = token_operand<false>(s);
   TokenOperand<kMixed> ds = token_operand<kMixed>(dp);
-  accumulate_token_product<D, false>(dv, pv, st + S::kDot);
-  accumulate_token_product<D, kMixed>(dk, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kQt);
+  accumulate_token_product<D, false, false>(dv, pv, st + S::kDot);
+  accumulate_token_product<D, kMixed, true>(dk, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kQt);
 }
 
 template <int D, bool kMixed>
@@ -456,11 +459,12 @@ __device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int queries, in
     for (int e = 0; e < 4; ++e) {
       const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
       const bool visible = !kMask || mask.visible(i0 + 8 * r, n0 + col);
-      const PairGrad pg = pair_grad(s[n][e], dp[n][e], sq[r], sk[col], sdo[r], sv[col], lse2[r], d[r], c);
+      const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(__fmul_rn(sk[col], c), sq[r]),
+                                    __fmul_rn(sdo[r], sv[col]), lse2[r], d[r]);
       s[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sk[col])) : 0.0f;
     }
   TokenOperand<kMixed> ds = token_operand<kMixed>(s);
-  accumulate_token_product<D, kMixed>(dq, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kKt);
+  accumulate_token_product<D, kMixed, true>(dq, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kKt);
 }
 
 template <int D, bool kMixed>
