@@ -319,14 +319,17 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   }
   ptx::cp_async_commit();
 
-  auto query_tile = [&](int step, int* h, int* m0) {
-    *h = hk * group + step / num_query_tiles;
-    *m0 = (m_first + step % num_query_tiles) * kTileTokens;
+  // The steps walk (query head, query tile) head-major; a cursor steps through them without
+  // the integer division a step index would need.
+  struct QueryTile {
+    int h, m;
+  };
+  auto next_tile = [&](QueryTile t) {
+    return ++t.m == num_query_tiles_doc ? QueryTile{t.h + 1, m_first} : t;
   };
   // Warpgroup 0 loads the row tiles and sq, lse; warpgroup 1 the column tiles and sdo, D.
-  auto load_query_tile = [&](int step) {
-    int h, m0;
-    query_tile(step, &h, &m0);
+  auto load_query_tile = [&](int step, QueryTile t) {
+    const int h = t.h, m0 = t.m * kTileTokens;
     const int valid = min(kTileTokens, dt.len - m0);
     const uint32_t st = base + S::stage(step & 1);
     const int64_t tok_off = h * a.total_tokens + dt.tok0 + m0;
@@ -346,18 +349,18 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     }
   };
   // fp8_mixed: the BF16 Q rows of a step, into the staging tile (warpgroup 1).
-  auto load_q_rows = [&](int step) {
+  auto load_q_rows = [&](int step, QueryTile t) {
     if (step >= steps) return;
-    int h, m0;
-    query_tile(step, &h, &m0);
+    const int m0 = t.m * kTileTokens;
     load_bf16_rows<D>(base + S::kBf16 + Bf16Operand<D, kMixed>::kRows,
-                      a.q + (dt.tok0 + m0) * a.q_stride_t + h * a.q_stride_h, a.q_stride_t,
+                      a.q + (dt.tok0 + m0) * a.q_stride_t + t.h * a.q_stride_h, a.q_stride_t,
                       min(kTileTokens, dt.len - m0));
   };
-  load_query_tile(0);
+  QueryTile cur{hk * group, m_first};
+  load_query_tile(0, cur);
   ptx::cp_async_commit();
   if constexpr (kMixed) {
-    if (wg == 1) load_q_rows(0);
+    if (wg == 1) load_q_rows(0, cur);
     ptx::cp_async_commit();
   }
 
@@ -369,16 +372,17 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     for (int e = 0; e < 4; ++e) dk[c][e] = dv[c][e] = 0.0f;
 
   for (int step = 0; step < steps; ++step) {
-    if (step + 1 < steps) load_query_tile(step + 1);
+    const QueryTile next = next_tile(cur);
+    if (step + 1 < steps) load_query_tile(step + 1, next);
     ptx::cp_async_commit();
     ptx::cp_async_wait<1>();  // all but the next step's FP8 tiles landed (this thread's copies)
-    const int m = m_first + step % num_query_tiles, m0 = m * kTileTokens;
+    const int m = cur.m, m0 = m * kTileTokens;
     uint8_t* st_ptr = smem + S::stage(step & 1);
     if (wg == 1) {  // the threads that copied the column tiles clear their tails
       clear_kmajor_cols_tail<D>(st_ptr + S::kDot, dt.len - m0);
       if constexpr (!kMixed) clear_kmajor_cols_tail<D>(st_ptr + S::kQt, dt.len - m0);
     }
-    step_ready<D, kMixed>(smem, S::kBf16, wg == 1, [&] { load_q_rows(step + 1); });
+    step_ready<D, kMixed>(smem, S::kBf16, wg == 1, [&] { load_q_rows(step + 1, next); });
     // Causal: query tile m sees this warpgroup's keys only from m = nw on.
     if (valid_k > 0 && (!a.causal || m >= nw)) {
       if (mask_needed_for_key_rows(mask, m, nw, kTileTokens))
@@ -387,6 +391,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
         dkdv_query_tile<D, kMixed, false>(smem, S::keys(wg), step & 1, mask, j0, m0, a.c, dk, dv);
     }
     __syncthreads();  // the stage is refilled by the next step's prefetch
+    cur = next;
   }
 
   // Every key row of the document is written, also those no query sees (zeros).

@@ -34,10 +34,6 @@ __device__ __forceinline__ float quad_sum(float x) {
   x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
-__device__ __forceinline__ uint32_t quad_max_u32(uint32_t x) {
-  x = max(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return max(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
 
 // 1/s, exactly, for a scale s = 2^e (e in [-126, 127], fmt::pow2_scale) or NaN: the biased
 // exponent is mirrored, no reciprocal unit or division needed (2^127's inverse, 2^-127, is
@@ -49,16 +45,22 @@ __device__ __forceinline__ float pow2_reciprocal(float s) {
 }
 
 // scale[r] = pow2_scale(max |x| over row r of the tile) — the per-row scale of an operand
-// computed in registers (sigma, tau, rho in ALGORITHM.md). The maximum is taken on the bit
-// patterns of |x|, which order like the values and let NaN win.
+// computed in registers (sigma, tau, rho in ALGORITHM.md): one FMNMX per element (|x| is an
+// operand modifier). A NaN element does not enter the maximum, but it quantizes to the NaN
+// code, which makes its row's tile product NaN — the same row result as the specification's
+// NaN scale (and an infinite element gives the NaN scale here too).
 __device__ __forceinline__ void row_pow2_scales(const TileAcc& x, float (&scale)[2]) {
-  uint32_t m[2] = {0u, 0u};
+  float m[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int n = 0; n < 8; ++n)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) m[e >> 1] = max(m[e >> 1], __float_as_uint(x[n][e]) & 0x7fffffffu);
+    for (int e = 0; e < 4; ++e) m[e >> 1] = fmaxf(m[e >> 1], fabsf(x[n][e]));
 #pragma unroll
-  for (int r = 0; r < 2; ++r) scale[r] = fmt::pow2_scale(__uint_as_float(quad_max_u32(m[r])));
+  for (int r = 0; r < 2; ++r) {
+    float q = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
+    q = fmaxf(q, __shfl_xor_sync(0xffffffffu, q, 2));
+    scale[r] = fmt::pow2_scale(q);
+  }
 }
 
 // ---- fragment loads (ldmatrix) ---------------------------------------------------------
