@@ -6,6 +6,7 @@
 #   SEEDS="1 2 3 4 5 6 7 8" HEAD_DIM="64 128" CORPUS="default alt" training/run_all.sh
 #   RECIPES="bf16 fp8 per_token_fp8 per_tensor_fp8" training/run_all.sh   # with the controls
 #   RESUME=1 training/run_all.sh                          # continue runs that were cut short
+#   GPUS="0 1" training/run_all.sh                        # two runs at a time, one per GPU
 #
 # Paired protocol: a seed fixes the initial weights and the order of the training packs, and
 # every recipe runs with every seed, so the per-seed gap to bf16 compares like with like.
@@ -31,6 +32,14 @@
 #                  by default it is deleted once the run has finished, unfinished runs keep it)
 #   PROBE_SECONDS  cap per (variant, scheme) of the leakage probe (default 40); SKIP_PROBE=1 skips it
 #   RESUME=1       pass --resume to train.py
+#   GPUS           GPU indices to spread the training runs over (e.g. "0 1"). Unset: one run
+#                  after the other on the default device, output on the terminal. Set: a queue
+#                  keeps up to GPUS x JOBS_PER_GPU runs going, each with CUDA_VISIBLE_DEVICES set
+#                  to its GPU and its output in training/runs/<setting>/<recipe>-seed<seed>/
+#                  console.log; one status line per run when it ends. Runs start in the
+#                  sequential order, so a cut sweep leaves complete pairs behind for all but
+#                  the seeds in progress.
+#   JOBS_PER_GPU   concurrent runs per GPU with GPUS (default 1)
 #   PYTHON         interpreter (default python3)
 #   TRAIN_ARGS, PROBE_ARGS  extra arguments for train.py / leakage_probe.py (e.g. smoke tests:
 #                  TRAIN_ARGS="--model-size tiny --pack-tokens 4096" PROBE_ARGS="--steps 50")
@@ -59,6 +68,12 @@ case ${TAG:-} in *[!A-Za-z0-9_.-]*) echo "TAG: use letters, digits, '.', '_' or 
 for seed in $SEEDS; do
     case $seed in ''|*[!0-9]*) echo "SEEDS: $seed is not a non-negative integer"; exit 2 ;; esac
 done
+GPUS=${GPUS:-}
+JOBS_PER_GPU=${JOBS_PER_GPU:-1}
+for gpu in $GPUS; do
+    case $gpu in *[!0-9]*) echo "GPUS: '$gpu' is not a GPU index (separate indices by spaces: GPUS=\"0 1\")"; exit 2 ;; esac
+done
+[[ $JOBS_PER_GPU =~ ^[1-9][0-9]*$ ]] || { echo "JOBS_PER_GPU: '$JOBS_PER_GPU' is not a positive integer"; exit 2; }
 
 corpus_dir() { if [ "$1" = default ]; then echo training/data; else echo "training/data-$1"; fi; }
 
@@ -73,31 +88,86 @@ done
 resume=()
 [ "${RESUME:-0}" = "1" ] && resume=(--resume)
 skipped=" "
+
+# train_args <corpus> <head dim> <seed> <recipe> <run>: sets $args, train.py's arguments.
+train_args() {
+    args=(--recipe "$4" --seed "$3" --head-dim "$2" --data-dir "$(corpus_dir "$1")" --run-name "$5"
+          --tokens "$TRAIN_TOKENS" --eval-packs "$EVAL_PACKS" --max-minutes "$MAX_MINUTES"
+          "${resume[@]}" ${TRAIN_ARGS:-})
+}
+
+# finish <run> <recipe> <exit code> <start time>: status line, recipe skip, checkpoint cleanup.
+finish() {
+    local run=$1 recipe=$2 rc=$3 took=$(( $(date +%s) - $4 ))
+    if [ "$rc" -eq 3 ]; then
+        echo "== $recipe skipped from here on (flamia not available)"; skipped="$skipped$recipe "
+    elif [ "$rc" -ne 0 ]; then
+        echo "== $run FAILED (exit $rc)"; status=1
+    elif [ "${KEEP_CKPT:-0}" != "1" ] && grep -q '"truncated": false' "training/runs/$run/log.jsonl"; then
+        rm -f "training/runs/$run/ckpt.pt"
+    fi
+    echo "== $run took $took s"
+}
+
+# The parallel queue: one slot per concurrent run, slot_gpu[i] its GPU; slot_pid/run/recipe/t0
+# describe the run in it (pid empty = free).
+slot_gpu=() slot_pid=() slot_run=() slot_recipe=() slot_t0=()
+for gpu in $GPUS; do
+    for ((k = 0; k < JOBS_PER_GPU; k++)); do slot_gpu+=("$gpu"); slot_pid+=(""); done
+done
+[ -n "$GPUS" ] && trap 'kill ${slot_pid[*]} 2>/dev/null; exit 130' INT TERM  # runs die with the sweep
+
+# reap: finish every run whose process has ended and free its slot.
+reap() {
+    for i in "${!slot_gpu[@]}"; do
+        local pid=${slot_pid[$i]}
+        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+            wait "$pid"; finish "${slot_run[$i]}" "${slot_recipe[$i]}" $? "${slot_t0[$i]}"
+            slot_pid[$i]=""
+        fi
+    done
+}
+
+# free_slot: wait until a slot is free and set $slot to its index. It polls once a second:
+# `wait -n` would miss a run that ends between the check and the call (bash waits for the
+# next one then), leaving that run's GPU idle.
+free_slot() {
+    while :; do
+        reap
+        for slot in "${!slot_gpu[@]}"; do [ -z "${slot_pid[$slot]}" ] && return; done
+        sleep 1
+    done
+}
+
 # Seeds outermost: an interrupted sweep leaves complete pairs (every recipe of a seed) behind.
 for corpus in $CORPUS; do
   for hd in $HEAD_DIM; do
     for seed in $SEEDS; do
       for recipe in $RECIPES; do
+        [ -n "$GPUS" ] && free_slot  # first, so that a skip found by reap applies right away
         case $skipped in *" $recipe "*) continue ;; esac
         run="$corpus-hd$hd${TAG:+-$TAG}/$recipe-seed$seed"
-        echo "== training $run (budget $TRAIN_TOKENS tokens, cap ${MAX_MINUTES} min)"
-        t0=$(date +%s)
-        $PY training/train.py --recipe "$recipe" --seed "$seed" --head-dim "$hd" \
-            --data-dir "$(corpus_dir "$corpus")" --run-name "$run" --tokens "$TRAIN_TOKENS" \
-            --eval-packs "$EVAL_PACKS" --max-minutes "$MAX_MINUTES" "${resume[@]}" ${TRAIN_ARGS:-}
-        rc=$?
-        if [ $rc -eq 3 ]; then
-            echo "== $recipe skipped from here on (flamia not available)"; skipped="$skipped$recipe "
-        elif [ $rc -ne 0 ]; then
-            echo "== $run FAILED (exit $rc)"; status=1
-        elif [ "${KEEP_CKPT:-0}" != "1" ] && grep -q '"truncated": false' "training/runs/$run/log.jsonl"; then
-            rm -f "training/runs/$run/ckpt.pt"
+        if [ -z "$GPUS" ]; then
+            echo "== training $run (budget $TRAIN_TOKENS tokens, cap ${MAX_MINUTES} min)"
+            t0=$(date +%s)
+            train_args "$corpus" "$hd" "$seed" "$recipe" "$run"
+            $PY training/train.py "${args[@]}"
+            finish "$run" "$recipe" $? "$t0"
+            continue
         fi
-        echo "== $run took $(( $(date +%s) - t0 )) s"
+        echo "== training $run on GPU ${slot_gpu[$slot]} (budget $TRAIN_TOKENS tokens, cap ${MAX_MINUTES} min)"
+        mkdir -p "training/runs/$run"
+        console="training/runs/$run/console.log"
+        [ ${#resume[@]} -eq 0 ] && : >"$console"  # a resumed run appends to its console log
+        train_args "$corpus" "$hd" "$seed" "$recipe" "$run"
+        # A simple command in the background: $! is train.py itself, so the trap can stop it.
+        CUDA_VISIBLE_DEVICES=${slot_gpu[$slot]} $PY training/train.py "${args[@]}" >>"$console" 2>&1 &
+        slot_pid[$slot]=$! slot_run[$slot]=$run slot_recipe[$slot]=$recipe slot_t0[$slot]=$(date +%s)
       done
     done
   done
 done
+while reap; [[ ${slot_pid[*]} =~ [0-9] ]]; do sleep 1; done  # the last runs
 
 if [ "${SKIP_PROBE:-0}" != "1" ]; then
     echo "== leakage probe"
