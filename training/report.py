@@ -294,10 +294,12 @@ def seed_rows(runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]], avg_l
 def seeds_table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| recipe | seeds | held-out loss (mean ± std) | gap vs bf16 (mean, 95 % interval) | verdict "
-        "| per-seed gaps | eval. noise: SE of held-out mean / of a seed's gap | max logit (peak) "
+        f"| per-seed gaps | paired std of the gap (seeds for ±{stats.TOLERANCE_PCT:g} %) "
+        "| eval. noise: SE of held-out mean / of a seed's gap | tokens/s (vs bf16) | max logit (peak) "
         "| O rel. err vs bf16 | instabilities |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    base = next((r for r in rows if r["recipe"] == "bf16"), None)
     for r in rows:
         loss = "–" if r["loss"] is None else f"{r['loss'][0]:.4f} ± {fmt(r['loss'][1], '.4f')}"
         iv = r["interval"]
@@ -309,8 +311,16 @@ def seeds_table(rows: list[dict[str, Any]]) -> str:
             gap = f"{iv.mean:+.2f} % [{iv.lo:+.2f}, {iv.hi:+.2f}]"
         per_seed = ", ".join(f"{g:+.2f}" for g in r["gaps"].values()) or "–"
         noise = f"{fmt(r['loss_sem_mean'], '.4f')} / " + (f"{r['gap_se_max']:.3f} %" if r["gap_se_max"] is not None else "–")
+        spread = "–"
+        if iv is not None and iv.n >= 2:
+            need = stats.seeds_for_half_width(iv.std)
+            spread = f"{iv.std:.2f} % ({need if need is not None else '> ' + str(stats.MAX_SEEDS_ESTIMATE)})"
+        speed = f"{fmt(r['tok_per_s'] / 1e3, '.0f')}k"
+        if base is not None and r is not base:
+            speed += f" ({fmt(r['tok_per_s'] / base['tok_per_s'], '.2f')}×)"
         lines.append(
-            f"| {r['recipe']} | {len(r['seeds'])} | {loss} | {gap} | {r['verdict']} | {per_seed} | {noise} | "
+            f"| {r['recipe']} | {len(r['seeds'])} | {loss} | {gap} | {r['verdict']} | {per_seed} | {spread} | {noise} | "
+            f"{speed} | "
             f"{fmt(r['max_logit_peak'], '.1f')} | {fmt(r['o_err_mean'], '.4f')} | "
             f"{r['skipped']} non-finite, {r['spikes']} spikes |")
     return "\n".join(lines)
@@ -395,14 +405,18 @@ def plot_seeds(runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]], titl
 def seeds_block(sweeps: dict[str, dict[str, dict[int, dict[str, list[dict[str, Any]]]]]],
                 avg_last: int, band_kind: str, png_dir: Optional[Path], md_dir: Path) -> str:
     parts = [
-        f"Held-out loss per run: the mean of its last {avg_last} evaluation(s), each over the evaluation "
-        "packs named below. Gap: per seed, 100·(recipe/bf16 − 1) with the same seed (same initial weights, "
+        f"Held-out loss per run: the mean of its last {avg_last} evaluation(s) (the steps are named under "
+        "each table), each over the evaluation packs named below. Gap: per seed, 100·(recipe/bf16 − 1) with the same seed (same initial weights, "
         "same training packs); its mean with a 95 % Student t interval over the paired seeds. Verdict: "
         f"\"within {stats.TOLERANCE_PCT:g} %\" only if the whole interval lies inside "
         f"±{stats.TOLERANCE_PCT:g} %, \"worse than {stats.TOLERANCE_PCT:g} %\" if it lies above, "
-        "otherwise the number of seeds the measured spread would need. Evaluation noise: the standard error "
+        "otherwise how many paired seeds would decide it if the mean and spread stayed as measured (very many when "
+        "the mean lies close to ±1 %). Evaluation noise: the standard error "
         "of a run's held-out mean over its packs (nats, mean over seeds) and of one seed's gap from the "
-        "per-pack differences (%, largest seed), both at the last evaluation.",
+        "per-pack differences (%, largest seed), both at the last evaluation. Paired std: the sample standard "
+        f"deviation of the per-seed gaps, and how many paired seeds a 95 % interval of ±{stats.TOLERANCE_PCT:g} % "
+        "would need at that spread. Tokens/s: median over a run's training steps after the first 10, mean over "
+        "seeds.",
         "",
     ]
     verdicts = []
@@ -429,6 +443,8 @@ def seeds_block(sweeps: dict[str, dict[str, dict[int, dict[str, list[dict[str, A
             png = png_dir / f"seeds_{setting}.png"
             plot_seeds(runs, f"{setting}: corpus {corpus}, head dim {hd}", band_kind, png)
             parts += [f"![curves over seeds, {setting}]({Path(os.path.relpath(png, md_dir)).as_posix()})", ""]
+        averaged = sorted({final_loss(l, avg_last)[1] for by in runs.values() for l in by.values() if l["eval"]})
+        parts += ["Evaluations averaged, steps: " + "; ".join(", ".join(map(str, st)) for st in averaged) + ".", ""]
         if notes:
             parts += ["Left out: " + "; ".join(notes) + ".", ""]
         for r in rows:

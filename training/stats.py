@@ -94,10 +94,19 @@ def seeds_needed(mean: float, std: float, tol: float = TOLERANCE_PCT) -> Optiona
     nearer edge of +-tol, assuming the mean and std stay as measured; None if the mean sits
     on the edge (or more than MAX_SEEDS_ESTIMATE would be needed)."""
     room = abs(tol - abs(mean))
-    if std == 0:
-        return 2 if room > 0 else None
+    return seeds_for_half_width(std, room) if room > 0 else None
+
+
+def seeds_for_half_width(std: float, half_width: float = TOLERANCE_PCT) -> Optional[int]:
+    """Smallest n whose 95 % half-width t(n-1)*std/sqrt(n) is at most half_width: how many
+    paired seeds a +-half_width interval needs at the measured spread (None if more than
+    MAX_SEEDS_ESTIMATE)."""
+    if half_width <= 0:
+        raise ValueError(f"half_width must be > 0, got {half_width}")
+    if not math.isfinite(std):
+        return None
     for n in range(2, MAX_SEEDS_ESTIMATE + 1):
-        if t975(n - 1) * std / math.sqrt(n) <= room:
+        if t975(n - 1) * std / math.sqrt(n) <= half_width:
             return n
     return None
 

@@ -52,6 +52,10 @@ def test_paired_gaps_interval_and_verdict(tmp_path):
     assert "cannot tell yet, needs ~7 seeds" in text
     assert "+1.00, +2.00, +3.00" in text
     assert "| bf16 | 3 | 1.3333 ± 0.5774 |" in text
+    # paired std 1.00: t(3)/sqrt(4) = 1.591, ..., t(6)/sqrt(7) = 0.925 <= 1 -> 7 seeds for +-1 %
+    assert "| 1.00 % (7) |" in text
+    assert "| 10k (1.00×) |" in text
+    assert "Evaluations averaged, steps: 2." in text
 
 
 def test_report_block_is_kept_when_runs_are_gone(tmp_path):
@@ -85,3 +89,4 @@ def test_average_of_last_evaluations(tmp_path):
     write_run(runs, "bf16", 1, 2.0)
     text = run_report(tmp_path, "--avg-last", "2")
     assert "| bf16 | 1 | 2.2500 ± – |" in text  # (2.5 + 2.0) / 2
+    assert "Evaluations averaged, steps: 1, 2." in text

@@ -87,3 +87,13 @@ def test_verdict_edge_and_too_few_seeds():
     assert stats.verdict([0.5]) == "cannot tell yet, needs at least 2 paired seeds (has 1)"
     assert stats.seeds_needed(1.0, 0.5) is None
     assert "edge" in stats.verdict([0.0, 2.0])  # mean exactly 1 %: no number of seeds decides
+
+
+def test_seeds_for_half_width():
+    # std 2.53: t(26)*2.53/sqrt(27) = 1.0011 > 1, t(27)*2.53/sqrt(28) = 0.9811 <= 1 -> 28 seeds for +-1 %
+    assert stats.seeds_for_half_width(2.53) == 28
+    assert stats.seeds_for_half_width(1.0, 0.5) == stats.seeds_needed(0.5, 1.0)
+    assert stats.seeds_for_half_width(0.0) == 2
+    assert stats.seeds_for_half_width(float("nan")) is None
+    with pytest.raises(ValueError):
+        stats.seeds_for_half_width(1.0, 0.0)
