@@ -158,12 +158,9 @@ class FlamiaImpl(AutogradImpl):
         self.q = inp.q.detach().requires_grad_()
         self.k = inp.k.detach().requires_grad_()
         self.v = inp.v.detach().requires_grad_()
-        w = inp.w
-        lib = _lib.get()
-        n = lib.qkv8_bytes(w.total_tokens, len(w.lengths), w.hq, w.hkv, w.head_dim,
-                           _lib.recipe_id(recipe), True)
-        self._qkv8 = torch.empty((n,), dtype=torch.uint8, device="cuda")
-        self._lib, self._ops = lib, ops
+        self._lib, self._ops = _lib.get(), ops
+        self._qkv8 = None  # the quantization-only timing's buffer, made on first use (not a step's cost)
+        self._torch = torch
 
     def leaves(self):
         return (self.q, self.k, self.v)
@@ -171,6 +168,10 @@ class FlamiaImpl(AutogradImpl):
     def quant(self):
         # The quantization pass alone (it is also inside fwd): flamia_quantize_qkv.
         w = self.inp.w
+        if self._qkv8 is None:
+            n = self._lib.qkv8_bytes(w.total_tokens, len(w.lengths), w.hq, w.hkv, w.head_dim,
+                                     self._lib.recipe_id(self.recipe), True)
+            self._qkv8 = self._torch.empty((n,), dtype=self._torch.uint8, device="cuda")
         args = self._ops._make_args(self.q, self.k, self.v, self.inp.cu, w.max_seqlen, w.causal, 0.0,
                                     self.recipe)
         self._lib.quantize_qkv(args, self._qkv8.data_ptr(), self._qkv8.numel(), True)
@@ -863,6 +864,7 @@ class Timer:
         torch.cuda.synchronize()
         res: Dict[str, Optional[float]] = {"quant_ms": None}
         if impl.has_quant:
+            impl.quant()  # warm-up (and its buffer) outside the timed calls
             res["quant_ms"] = self.measure(lambda: impl.quant())
         res["fwd_ms"] = self.measure(lambda: impl.fwd())
         res["bwd_ms"] = self.measure(lambda st: impl.bwd(st), setup=impl.fwd)
@@ -971,6 +973,11 @@ class Record:
     step_ms: Optional[float] = None
     fwd_tflops: Optional[float] = None
     step_tflops: Optional[float] = None
+    # Peak bytes allocated through PyTorch's allocator while the implementation is built and
+    # runs one step (forward + backward), above what was allocated before (the shared inputs):
+    # its own input copies or layout conversions, workspaces, saved state, outputs and the
+    # three gradients (the last four tensors are the same size for every implementation).
+    step_peak_mib: Optional[float] = None
     precision: str = "bf16"
     errors: Dict[str, Optional[float]] = field(default_factory=dict)
     gqa: str = "n/a"
@@ -998,10 +1005,18 @@ def run_impl(make: Callable[[], Impl], label: Tuple[str, str], w: Workload, time
     rec = Record(w.name, label[0], label[1], precision=precision_hint)
     impl: Optional[Impl] = None
     try:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
         impl = make()
         rec.impl, rec.recipe, rec.precision = impl.name, impl.recipe, impl.precision
         rec.gqa = getattr(impl, "gqa", "n/a")
         rec.notes = impl.notes
+        st = impl.fwd()
+        gr = impl.bwd(st)
+        torch.cuda.synchronize()
+        rec.step_peak_mib = _r((torch.cuda.max_memory_allocated() - before) / 2**20, 1)
+        del st, gr
         if ref is not None:
             log(f"{w.name} {rec.impl}/{rec.recipe}: checking accuracy")
             st = impl.fwd()
@@ -1068,7 +1083,7 @@ def add_speedups(recs: List[Record]) -> None:
 
 def print_table(recs: List[Record]) -> None:
     cols = ["workload", "impl", "recipe", "quant", "fwd", "bwd", "step", "fwdTF", "stepTF",
-            "errO", "errdQ", "errdK", "errdV", "xbest", "xbf16"]
+            "errO", "errdQ", "errdK", "errdV", "xbest", "xbf16", "peakMiB"]
     rows = []
     for r in recs:
         def f(x: Any, nd: int = 3) -> str:
@@ -1079,7 +1094,7 @@ def print_table(recs: List[Record]) -> None:
                      f(r.fwd_tflops, 1), f(r.step_tflops, 1),
                      f(e.get("o"), 4), f(e.get("dq"), 4), f(e.get("dk"), 4), f(e.get("dv"), 4),
                      f(r.extra.get("step_speedup_vs_best_baseline"), 2),
-                     f(r.extra.get("step_speedup_vs_best_bf16"), 2)])
+                     f(r.extra.get("step_speedup_vs_best_bf16"), 2), f(r.step_peak_mib, 0)])
         if r.error:
             rows[-1][3] = "ERROR: " + r.error[:70]
             rows[-1][4:] = [""] * (len(cols) - 4)
@@ -1087,7 +1102,8 @@ def print_table(recs: List[Record]) -> None:
     widths[3] = max(len(cols[3]), max((len(x[3]) for x in rows if not x[3].startswith("ERROR")), default=5))
     print()
     print("times in ms (median); TF = TFLOPS (DESIGN.md §4); err = rel. L2 vs float64 on a sample; "
-          "x = step speedup of flamia")
+          "x = step speedup of flamia; peakMiB = peak allocation of building the implementation and one "
+          "step, beyond the shared inputs")
     print("  ".join(c.ljust(wd) for c, wd in zip(cols, widths)))
     for x in rows:
         print("  ".join(v.ljust(wd) for v, wd in zip(x, widths)).rstrip())
