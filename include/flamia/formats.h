@@ -189,6 +189,15 @@ FLAMIA_HD float pow2_scale(float amax, float max_elem = E4M3::kMax) {
   return exp2i(pow2_scale_exponent(amax, max_elem));
 }
 
+// 1/s, exactly, for a scale s = 2^e with e in [kScaleExpMin, kScaleExpMax] (pow2_scale's
+// range) or NaN: the biased exponent is mirrored, no division or reciprocal unit needed
+// (2^127's inverse, 2^-127, is subnormal; NaN stays NaN).
+FLAMIA_HD float pow2_reciprocal(float s) {
+  const uint32_t b = f32_bits(s);
+  if (b >= 0x7f000000u) return b == 0x7f000000u ? bits_f32(0x00400000u) : s;
+  return bits_f32(0x7f000000u - b);
+}
+
 // Quantize one element given its (power-of-two) scale: e4m3_rn_satfinite(x / s).
 // Division by a power of two is exact, so x * (1/s) is used (1/s is exact too).
 FLAMIA_HD uint8_t quantize_e4m3(float x, float scale) {

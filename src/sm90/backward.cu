@@ -103,7 +103,7 @@ __device__ __forceinline__ TokenOperand<kBf16> token_operand(const TileAcc& x) {
     op.scale[0] = op.scale[1] = 1.0f;
   } else {
     row_pow2_scales(x, op.scale);
-    const float inv[2] = {pow2_reciprocal(op.scale[0]), pow2_reciprocal(op.scale[1])};
+    const float inv[2] = {fmt::pow2_reciprocal(op.scale[0]), fmt::pow2_reciprocal(op.scale[1])};
     pack_fp8_a(x, inv, op.a);
   }
   return op;

@@ -35,15 +35,6 @@ __device__ __forceinline__ float quad_sum(float x) {
   return __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
-// 1/s, exactly, for a scale s = 2^e (e in [-126, 127], fmt::pow2_scale) or NaN: the biased
-// exponent is mirrored, no reciprocal unit or division needed (2^127's inverse, 2^-127, is
-// subnormal; NaN stays NaN).
-__device__ __forceinline__ float pow2_reciprocal(float s) {
-  const uint32_t b = __float_as_uint(s);
-  if (b >= 0x7f000000u) return b == 0x7f000000u ? __uint_as_float(0x00400000u) : s;
-  return __uint_as_float(0x7f000000u - b);
-}
-
 // scale[r] = pow2_scale(max |x| over row r of the tile) — the per-row scale of an operand
 // computed in registers (sigma, tau, rho in ALGORITHM.md): one FMNMX per element (|x| is an
 // operand modifier). A NaN element does not enter the maximum, but it quantizes to the NaN

@@ -457,6 +457,41 @@ TEST(FormatsScale, Pow2ScaleSpecialValues) {
   EXPECT_EQ(fmt::pow2_scale_exponent(std::ldexp(1.0f, -100)), -108);
 }
 
+TEST(FormatsScale, Pow2ReciprocalIsExactOverTheScaleRange) {
+  for (int e = fmt::kScaleExpMin; e <= fmt::kScaleExpMax; ++e) {
+    const float s = std::ldexp(1.0f, e);
+    const float r = fmt::pow2_reciprocal(s);
+    ASSERT_EQ(double(r), std::ldexp(1.0, -e)) << "2^" << e;
+    ASSERT_EQ(r, 1.0f / s) << "2^" << e;  // the division it replaces (2^-127: subnormal, exact)
+  }
+  EXPECT_TRUE(std::isnan(fmt::pow2_reciprocal(kNaN)));
+  EXPECT_TRUE(std::isnan(fmt::pow2_reciprocal(fmt::pow2_scale(kInf))));
+}
+
+// ALGORITHM.md §3: the backward multiplies the power-of-two scales first, P = exp2(fma(dot,
+// (sk c) sq, -lse2)) and dP - D = fma(dot, sdo sv, -D), and claims this rounds exactly as
+// exp2(fma((dot sq) sk, c, -lse2)) and ((dot sdo) sv) - D wherever the scale products are
+// normal numbers (the kernels' and the specification's forms agree with the plain ones).
+TEST(FormatsScale, ScaleProductsKeepTheBackwardsRoundings) {
+  std::mt19937 rng(20261130);
+  std::uniform_int_distribution<int> exp(-40, 12);
+  std::uniform_real_distribution<float> dot(-3.0e6f, 3.0e6f), lse(-50.0f, 400.0f), dsum(-8.0f, 8.0f);
+  const float c = (1.0f / std::sqrt(128.0f)) * 1.4426950408889634f;
+  for (int i = 0; i < 2000000; ++i) {
+    const float sq = std::ldexp(1.0f, exp(rng)), sk = std::ldexp(1.0f, exp(rng));
+    const float sdo = std::ldexp(1.0f, exp(rng) - 20), sv = std::ldexp(1.0f, exp(rng));
+    const float s_dot = dot(rng), dp_dot = dot(rng), lse2 = lse(rng), d = dsum(rng);
+    const float s = (s_dot * sq) * sk;
+    const float plain_arg = std::fmaf(s, c, -lse2);
+    const float folded_arg = std::fmaf(s_dot, (sk * c) * sq, -lse2);
+    ASSERT_EQ(fmt::f32_bits(plain_arg), fmt::f32_bits(folded_arg)) << s_dot << " " << sq << " " << sk;
+    const float dp = (dp_dot * sdo) * sv;
+    const float plain_diff = dp - d;
+    const float folded_diff = std::fmaf(dp_dot, sdo * sv, -d);
+    ASSERT_EQ(fmt::f32_bits(plain_diff), fmt::f32_bits(folded_diff)) << dp_dot << " " << sdo << " " << sv;
+  }
+}
+
 TEST(FormatsScale, QuantizeE4M3) {
   EXPECT_EQ(fmt::quantize_e4m3(448.0f, 1.0f), 0x7e);
   EXPECT_EQ(fmt::quantize_e4m3(896.0f, 2.0f), 0x7e);
