@@ -20,15 +20,31 @@
 //      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
 //    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
-// Operand tiles: ScoreTile (64 tokens x D, K-major) for the products reduced over D;
-// ColTile (D x 64 token positions, from the quantizer's fragment-ordered transposed copies)
-// for those reduced over tokens. fp8_mixed's BF16 operand (Q for dK, K for dQ) arrives as
-// rows in one staging tile and is transposed in shared memory before the step that uses it.
-// FP8 tiles are double-buffered cp.async stages; after cp.async lands (and after the BF16
-// transpose), each writing thread fences the async proxy before the CTA barrier.
+// Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the
+// products reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major
+// core matrices), zero past the document end. The other side streams through two stages,
+// one step ahead: its FP8 tiles by TMA, started by one thread (each stage's mbarrier counts
+// their bytes) — 64 token rows of D codes in a D-byte swizzle (B of the products reduced over
+// D) and D rows of 64 token positions of the quantizer's fragment-ordered transposed copies in
+// a 64-byte swizzle (B of those reduced over tokens) — and its per-token values (scales, LSE,
+// D) by cp.async, since a 64-value run of an [H][T] array need not start 16-byte aligned as a
+// TMA box must. fp8_mixed's BF16 operand (Q for dK, K for dQ) arrives as rows in one staging
+// tile (cp.async) and is transposed in shared memory before the step that uses it. After
+// cp.async lands (and after the BF16 transpose), each writing thread fences the async proxy
+// before the CTA barrier.
+// TMA tiles are not cleared past the document end: their rows or columns there hold the
+// next document's codes, the transposed copies' padding, or TMA's zeros past the tensor, and
+// every one is finite — the quantizer (quantize.cu, the same kernel for q/k/v and for dO)
+// writes every position of [0, Tpad) of a transposed copy, padding as zero codes, converts
+// with satfinite at a scale in [2^-126, 2^127], and gives a non-finite row zero codes (its
+// NaN stays in the scale). Such a row or column meets only masked pairs, which are exact
+// zeros by selection, so it adds 0 * code = 0 to every product.
 #include "common/tiles.h"
 #include "quantize/quantize.cuh"
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/tma.cuh"
 #include "sm90/fragments.cuh"
+#include "sm90/launch/tensor_map.h"
 #include "sm90/masks.cuh"
 #include "sm90/per_device.h"
 #include "sm90/schedule.cuh"
@@ -43,13 +59,20 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct BwdArgs {
+  // The streamed tiles (TMA): row tiles box D x 1 x 64 tokens, D-byte swizzle; column
+  // tiles box 64 positions x D, 64-byte swizzle.
+  CUtensorMap q8_rows;    // q8 [T][Hq][D]
+  CUtensorMap do8_rows;   // do8 [T][Hq][D]
+  CUtensorMap k8_rows;    // k8 [T][Hkv][D]
+  CUtensorMap v8_rows;    // v8 [T][Hkv][D]
+  CUtensorMap qt8_cols;   // qt8 [Hq * D][Tpad]  (fp8)
+  CUtensorMap kt8_cols;   // kt8 [Hkv * D][Tpad] (fp8)
+  CUtensorMap dot8_cols;  // dot8 [Hq * D][Tpad]
+  // The tiles loaded once per CTA (cp.async).
   const uint8_t* q8;    // [T, Hq, D]
   const uint8_t* k8;    // [T, Hkv, D]
   const uint8_t* v8;    // [T, Hkv, D]
-  const uint8_t* qt8;   // [Hq][D][Tpad]   (fp8)
-  const uint8_t* kt8;   // [Hkv][D][Tpad]  (fp8)
   const uint8_t* do8;   // [T, Hq, D]
-  const uint8_t* dot8;  // [Hq][D][Tpad]
   const float* sq;      // [Hq][T]
   const float* sk;      // [Hkv][T]
   const float* sv;      // [Hkv][T]
@@ -65,12 +88,13 @@ struct BwdArgs {
   uint16_t* dq;         // bf16 [T, Hq, D]
   uint16_t* dk;         // bf16 [T, Hkv, D]
   uint16_t* dv;         // bf16 [T, Hkv, D]
-  int64_t total_tokens, tpad;
+  int64_t total_tokens;
   int hq, hkv;
   bool causal;
   float c;              // softmax_scale * log2(e)
   float softmax_scale;
 };
+static_assert(sizeof(BwdArgs) <= 4096, "a kernel parameter block holds at most 4 KB");
 
 // P and dS of one visible (query, key) pair (ALGORITHM.md §3), from the two dot products
 // and the pair's scale products s_comb = (sk c) sq and dp_comb = sdo sv. The scales are
@@ -110,8 +134,10 @@ __device__ __forceinline__ TokenOperand<kBf16> token_operand(const TileAcc& x) {
 }
 
 // acc += scale[row] * (A · B): the tile product in a fresh accumulator (scale-d 0 on the
-// first step, the steps chained in ascending token order), then scaled and added in FP32 by
-// one fused multiply-add (the scale is a power of two, so the product is exact). B: a ColTile (FP8) or Bf16ColTile at shared address bt.
+// first step, the steps chained in ascending token order), then scaled and added in FP32: by
+// one fused multiply-add (kLast) or a multiply and an add, the same bits, as the scale is a
+// power of two and the product exact. B at shared address bt: D rows of 64 token positions
+// as TMA lands them (FP8, 64-byte swizzle), or a Bf16ColTile.
 template <int D, bool kBf16, bool kLast>
 __device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4], TokenOperand<kBf16>& op,
                                                          uint32_t bt) {
@@ -123,8 +149,8 @@ __device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4],
 #pragma unroll
     for (int ks = 1; ks < 4; ++ks) wgmma::mma_rs_bf16<true>(fresh, op.a[ks], wgmma::desc<Bf16ColTile<D>>(bt, ks));
   } else {
-    wgmma::mma_rs<false>(fresh, op.a[0], wgmma::desc<ColTile<D>>(bt, 0));
-    wgmma::mma_rs<true>(fresh, op.a[1], wgmma::desc<ColTile<D>>(bt, 1));
+    wgmma::mma_rs<false>(fresh, op.a[0], mma::desc<kTileTokens>(bt, 0));
+    wgmma::mma_rs<true>(fresh, op.a[1], mma::desc<kTileTokens>(bt, 1));
   }
   wgmma::commit();
   wgmma::wait<0>();
@@ -172,6 +198,46 @@ static_assert(kDkdvWarpgroups * kTileTokens == tiles::kFwdBlockM &&
                   kDqWarpgroups * kTileTokens == tiles::kFwdBlockM,
               "the backward's CTAs walk the 128-token work list");
 
+// This thread's warpgroup, broadcast from lane 0 so that ptxas knows it is warp-uniform: the
+// addresses and wgmma descriptors derived from it then live in uniform registers (fewer
+// instructions per k-step, none of the 255 registers).
+__device__ __forceinline__ int uniform_warpgroup() {
+  return __shfl_sync(0xffffffffu, int(threadIdx.x) / kThreads, 0);
+}
+
+// =====================================================================================
+// The streamed stages' TMA tiles
+// =====================================================================================
+
+// A row tile (64 tokens x D codes) and a column tile (D x 64 positions) are both 64 D bytes.
+// Swizzled tiles start at multiples of the largest swizzle atom (8 rows x 128 bytes).
+template <int D>
+constexpr int kTmaTileBytes = kTileTokens * D;
+constexpr int kSwizzleAlign = 1024;
+constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
+
+// Dynamic shared memory is not guaranteed to start swizzle-aligned: the plans allocate
+// kSwizzleAlign bytes more (kAlloc) and the kernels round their base up — as a shared address,
+// converted back, so that ptxas still sees the alignment and pairs the per-token values'
+// 4-byte loads (a generic pointer plus a runtime offset loses it).
+__device__ __forceinline__ uint8_t* swizzle_aligned(uint8_t* raw) {
+  const uint32_t at = (ptx::smem_addr(raw) + kSwizzleAlign - 1) & ~uint32_t(kSwizzleAlign - 1);
+  return static_cast<uint8_t*>(__cvta_shared_to_generic(at));
+}
+
+// The stages' mbarriers: one arrival a phase (the elected thread's expect_tx), so a phase
+// completes once that thread announced the step's bytes and TMA delivered them. The elected
+// thread initialises them before it starts the first loads; the first CTA barrier
+// (step_ready) publishes them to the other threads, which only wait on them after it.
+__device__ __forceinline__ bool elected_thread() { return threadIdx.x == 0; }
+__device__ __forceinline__ void init_stage_barriers(uint32_t full0) {
+  if (elected_thread()) {
+    mbar::init(full0, 1);
+    mbar::init(full0 + 8, 1);
+    mbar::fence_init();
+  }
+}
+
 // =====================================================================================
 // fp8_mixed's BF16 operand: one staging tile of rows, transposed before use
 // =====================================================================================
@@ -218,19 +284,24 @@ struct DkdvSmem {
   static constexpr int kKeyBytes = kSv + kScalarTileBytes;
   static constexpr int keys(int w) { return w * kKeyBytes; }
   static constexpr int kBf16 = kDkdvWarpgroups * kKeyBytes;  // Bf16Operand (fp8_mixed: Q)
-  static constexpr int kStage0 = kBf16 + Bf16Operand<D, kMixed>::kBytes;
-  // One stage: a query tile of one head, read by both warpgroups.
-  static constexpr int kQ = 0;                                   // B of Sᵀ
-  static constexpr int kDo = kQ + ScoreTile<D>::kBytes;           // B of dPᵀ
-  static constexpr int kDot = kDo + ScoreTile<D>::kBytes;         // B of dV: dOᵀ
-  static constexpr int kQt = kDot + ColTile<D>::kBytes;           // B of dK: Qᵀ (fp8)
-  static constexpr int kSqT = kQt + (kMixed ? 0 : ColTile<D>::kBytes);  // per-query values
+  static constexpr int kStage0 = align_up(kBf16 + Bf16Operand<D, kMixed>::kBytes, kSwizzleAlign);
+  // One stage: a query tile of one head, read by both warpgroups. The TMA tiles first
+  // (kTmaBytes, swizzle-aligned), then the per-query values sq, sdo, LSE, D (cp.async).
+  static constexpr int kQ = 0;                                // B of Sᵀ: Q rows
+  static constexpr int kDo = kQ + kTmaTileBytes<D>;           // B of dPᵀ: dO rows
+  static constexpr int kDot = kDo + kTmaTileBytes<D>;         // B of dV: dOᵀ columns
+  static constexpr int kQt = kDot + kTmaTileBytes<D>;         // B of dK: Qᵀ columns (fp8)
+  static constexpr int kTmaBytes = kQt + (kMixed ? 0 : kTmaTileBytes<D>);
+  static constexpr int kSqT = kTmaBytes;
   static constexpr int kSdoT = kSqT + kScalarTileBytes;
   static constexpr int kLseT = kSdoT + kScalarTileBytes;
   static constexpr int kDvecT = kLseT + kScalarTileBytes;
-  static constexpr int kStageBytes = kDvecT + kScalarTileBytes;
-  static constexpr int kBytes = kStage0 + 2 * kStageBytes;
+  static constexpr int kStageBytes = align_up(kDvecT + kScalarTileBytes, kSwizzleAlign);
+  static constexpr int kFull = kStage0 + 2 * kStageBytes;  // the stages' mbarriers
+  static constexpr int kBytes = kFull + 2 * 8;
+  static constexpr int kAlloc = kBytes + kSwizzleAlign;
   static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
+  static constexpr int full(int s) { return kFull + 8 * s; }
 };
 
 // One query tile for the 64 keys at `keys` (a warpgroup's DkdvSmem::keys), this warp's 16
@@ -258,8 +329,8 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
 
   TileAcc s, dp;  // Sᵀ and dPᵀ: rows = keys, columns = queries
   wgmma::fence();
-  issue_scores<D>(s, kb + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
-  issue_row_dots<D>(dp, kb + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
+  issue_scores<D, true>(s, kb + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
+  issue_row_dots<D, true>(dp, kb + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
   wgmma::wait<0>();
   wgmma::pin(s);
   wgmma::pin(dp);
@@ -276,16 +347,18 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       dp[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sq[col])) : 0.0f;
     }
   // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
+  // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
+  // (or both sums by FMA) ptxas spills the packed operand or an accumulator in the loop.
   TokenOperand<false> pv = token_operand<false>(s);
   TokenOperand<kMixed> ds = token_operand<kMixed>(dp);
-  accumulate_token_product<D, false, false>(dv, pv, st + S::kDot);
-  accumulate_token_product<D, kMixed, true>(dk, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kQt);
+  accumulate_token_product<D, kMixed, false>(dk, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kQt);
+  accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
 }
 
 template <int D, bool kMixed>
 __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_constant__ BwdArgs a) {
   using S = DkdvSmem<D, kMixed>;
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ uint8_t smem_raw[];
   const int slot = blockIdx.x / a.hkv, hk = blockIdx.x % a.hkv;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
@@ -293,7 +366,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   if (dt.len == 0) return;
   // Item t of a document is its 128-key tile nt - 1 - t when causal (cost order, schedule.cuh).
   const int n = a.causal ? dt.num_tiles - 1 - dt.tile : dt.tile;
-  const int wg = int(threadIdx.x) / kThreads;
+  const int wg = uniform_warpgroup();
   // This warpgroup's 64 keys: the 64-token key tile nw, keys [kw0, kw0 + valid_k).
   const int nw = kDkdvWarpgroups * n + wg, kw0 = nw * kTileTokens;
   const int valid_k = min(kTileTokens, dt.len - kw0);  // <= 0: no keys (the document ends first)
@@ -304,9 +377,18 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   const int m_first = a.causal ? kDkdvWarpgroups * n : 0, num_query_tiles = num_query_tiles_doc - m_first;
   const int steps = group * num_query_tiles;  // (query head, query tile), head-major
   const DocMask mask{dt.len, a.causal};
+  uint8_t* smem = swizzle_aligned(smem_raw);
   const uint32_t base = ptx::smem_addr(smem);
+  init_stage_barriers(base + S::full(0));
+  const bool elected = elected_thread();  // starts the stages' TMA loads
+  if (elected) {
+    tma::prefetch_map(a.q8_rows);
+    tma::prefetch_map(a.do8_rows);
+    tma::prefetch_map(a.dot8_cols);
+    if constexpr (!kMixed) tma::prefetch_map(a.qt8_cols);
+  }
 
-  const int64_t q_row = int64_t(a.hq) * D, kv_row = int64_t(a.hkv) * D;
+  const int64_t kv_row = int64_t(a.hkv) * D;
   if (valid_k > 0) {
     const int64_t kv_off = (dt.tok0 + kw0) * kv_row + hk * D;
     const uint32_t kb = base + S::keys(wg);
@@ -327,26 +409,24 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   auto next_tile = [&](QueryTile t) {
     return ++t.m == num_query_tiles_doc ? QueryTile{t.h + 1, m_first} : t;
   };
-  // Warpgroup 0 loads the row tiles and sq, lse; warpgroup 1 the column tiles and sdo, D.
-  auto load_query_tile = [&](int step, QueryTile t) {
-    const int h = t.h, m0 = t.m * kTileTokens;
-    const int valid = min(kTileTokens, dt.len - m0);
-    const uint32_t st = base + S::stage(step & 1);
-    const int64_t tok_off = h * a.total_tokens + dt.tok0 + m0;
-    const int i = tile_tid() & 63;
-    if (wg == 0) {
-      const int64_t row_off = (dt.tok0 + m0) * q_row + h * D;
-      load_kmajor_rows<D>(st + S::kQ, a.q8 + row_off, q_row, valid);
-      load_kmajor_rows<D>(st + S::kDo, a.do8 + row_off, q_row, valid);
-      if (tile_tid() < kTileTokens) load_scalar(st + S::kSqT, a.sq + tok_off, valid, i);
-      else load_scalar(st + S::kLseT, a.lse + tok_off, valid, i);
-    } else {
-      const int64_t col_off = int64_t(h) * D * a.tpad + dt.pstart + m0;
-      load_kmajor_cols<D>(st + S::kDot, a.dot8 + col_off, a.tpad, valid);
-      if constexpr (!kMixed) load_kmajor_cols<D>(st + S::kQt, a.qt8 + col_off, a.tpad, valid);
-      if (tile_tid() < kTileTokens) load_scalar(st + S::kSdoT, a.sdo + tok_off, valid, i);
-      else load_scalar(st + S::kDvecT, a.dvec + tok_off, valid, i);
-    }
+  // The elected thread: a step's FP8 tiles into its stage, by TMA.
+  auto load_query_tiles = [&](int step, QueryTile t) {
+    const uint32_t st = base + S::stage(step & 1), full = base + S::full(step & 1);
+    const int tok = int(dt.tok0) + t.m * kTileTokens, pos = int(dt.pstart) + t.m * kTileTokens;
+    mbar::arrive_expect_tx(full, S::kTmaBytes);
+    tma::load_3d(st + S::kQ, a.q8_rows, full, 0, t.h, tok);
+    tma::load_3d(st + S::kDo, a.do8_rows, full, 0, t.h, tok);
+    tma::load_2d(st + S::kDot, a.dot8_cols, full, pos, t.h * D);
+    if constexpr (!kMixed) tma::load_2d(st + S::kQt, a.qt8_cols, full, pos, t.h * D);
+  };
+  // Every thread: one of a step's 256 per-query values (thread t: value t % 64 of sq, sdo,
+  // LSE, D for t / 64 = 0..3, as laid out from kSqT on), by cp.async.
+  const int value_i = int(threadIdx.x) & (kTileTokens - 1), value_kind = int(threadIdx.x) / kTileTokens;
+  const float* const values = value_kind == 0 ? a.sq : value_kind == 1 ? a.sdo : value_kind == 2 ? a.lse : a.dvec;
+  auto load_query_values = [&](int step, QueryTile t) {
+    const int m0 = t.m * kTileTokens;
+    load_scalar(base + S::stage(step & 1) + S::kSqT + value_kind * kScalarTileBytes,
+                values + (t.h * a.total_tokens + dt.tok0 + m0), dt.len - m0, value_i);
   };
   // fp8_mixed: the BF16 Q rows of a step, into the staging tile (warpgroup 1).
   auto load_q_rows = [&](int step, QueryTile t) {
@@ -357,7 +437,8 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
                       min(kTileTokens, dt.len - m0));
   };
   QueryTile cur{hk * group, m_first};
-  load_query_tile(0, cur);
+  if (elected) load_query_tiles(0, cur);
+  load_query_values(0, cur);
   ptx::cp_async_commit();
   if constexpr (kMixed) {
     if (wg == 1) load_q_rows(0, cur);
@@ -373,16 +454,18 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
 
   for (int step = 0; step < steps; ++step) {
     const QueryTile next = next_tile(cur);
-    if (step + 1 < steps) load_query_tile(step + 1, next);
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<1>();  // all but the next step's FP8 tiles landed (this thread's copies)
-    const int m = cur.m, m0 = m * kTileTokens;
-    uint8_t* st_ptr = smem + S::stage(step & 1);
-    if (wg == 1) {  // the threads that copied the column tiles clear their tails
-      clear_kmajor_cols_tail<D>(st_ptr + S::kDot, dt.len - m0);
-      if constexpr (!kMixed) clear_kmajor_cols_tail<D>(st_ptr + S::kQt, dt.len - m0);
+    if (step + 1 < steps) {
+      if (elected) load_query_tiles(step + 1, next);
+      load_query_values(step + 1, next);
     }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<1>();  // all but the next step's values landed (this thread's copies)
+    const int m = cur.m, m0 = m * kTileTokens;
     step_ready<D, kMixed>(smem, S::kBf16, wg == 1, [&] { load_q_rows(step + 1, next); });
+    // The step's TMA tiles landed. Every thread waits, also in steps its warpgroup skips: a
+    // parity wait only tells consecutive phases apart, and the elected thread re-arms this
+    // barrier (two steps on) only after the end-of-step barrier that follows these waits.
+    mbar::wait(base + S::full(step & 1), (step >> 1) & 1);
     // Causal: query tile m sees this warpgroup's keys only from m = nw on.
     if (valid_k > 0 && (!a.causal || m >= nw)) {
       if (mask_needed_for_key_rows(mask, m, nw, kTileTokens))
@@ -390,7 +473,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
       else
         dkdv_query_tile<D, kMixed, false>(smem, S::keys(wg), step & 1, mask, j0, m0, a.c, dk, dv);
     }
-    __syncthreads();  // the stage is refilled by the next step's prefetch
+    __syncthreads();  // the stage is refilled by the next step's prefetch (TMA and cp.async)
     cur = next;
   }
 
@@ -417,16 +500,21 @@ struct DqSmem {
   static constexpr int kQueryBytes = kDvec + kScalarTileBytes;
   static constexpr int queries(int w) { return w * kQueryBytes; }
   static constexpr int kBf16 = kDqWarpgroups * kQueryBytes;  // Bf16Operand (fp8_mixed: K)
-  static constexpr int kStage0 = kBf16 + Bf16Operand<D, kMixed>::kBytes;
-  // One stage: a key tile, read by both warpgroups.
-  static constexpr int kK = 0;                              // B of S
-  static constexpr int kV = kK + ScoreTile<D>::kBytes;       // B of dP
-  static constexpr int kKt = kV + ScoreTile<D>::kBytes;      // B of dQ: Kᵀ (fp8)
-  static constexpr int kSk = kKt + (kMixed ? 0 : ColTile<D>::kBytes);
+  static constexpr int kStage0 = align_up(kBf16 + Bf16Operand<D, kMixed>::kBytes, kSwizzleAlign);
+  // One stage: a key tile, read by both warpgroups. The TMA tiles first (kTmaBytes,
+  // swizzle-aligned), then the key scales sk, sv (cp.async).
+  static constexpr int kK = 0;                             // B of S: K rows
+  static constexpr int kV = kK + kTmaTileBytes<D>;         // B of dP: V rows
+  static constexpr int kKt = kV + kTmaTileBytes<D>;        // B of dQ: Kᵀ columns (fp8)
+  static constexpr int kTmaBytes = kKt + (kMixed ? 0 : kTmaTileBytes<D>);
+  static constexpr int kSk = kTmaBytes;
   static constexpr int kSv = kSk + kScalarTileBytes;
-  static constexpr int kStageBytes = kSv + kScalarTileBytes;
-  static constexpr int kBytes = kStage0 + 2 * kStageBytes;
+  static constexpr int kStageBytes = align_up(kSv + kScalarTileBytes, kSwizzleAlign);
+  static constexpr int kFull = kStage0 + 2 * kStageBytes;  // the stages' mbarriers
+  static constexpr int kBytes = kFull + 2 * 8;
+  static constexpr int kAlloc = kBytes + kSwizzleAlign;
   static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
+  static constexpr int full(int s) { return kFull + 8 * s; }
 };
 
 // One key tile for the 64 queries at `queries` (a warpgroup's DqSmem::queries), this warp's
@@ -452,8 +540,8 @@ __device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int queries, in
 
   TileAcc s, dp;  // S and dP: rows = queries, columns = keys
   wgmma::fence();
-  issue_scores<D>(s, qb + S::kQ, st + S::kK);    // S = Q Kᵀ, as the forward
-  issue_row_dots<D>(dp, qb + S::kDo, st + S::kV);  // dP = dO Vᵀ
+  issue_scores<D, true>(s, qb + S::kQ, st + S::kK);    // S = Q Kᵀ, as the forward
+  issue_row_dots<D, true>(dp, qb + S::kDo, st + S::kV);  // dP = dO Vᵀ
   wgmma::wait<0>();
   wgmma::pin(s);
   wgmma::pin(dp);
@@ -475,13 +563,13 @@ __device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int queries, in
 template <int D, bool kMixed>
 __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const __grid_constant__ BwdArgs a) {
   using S = DqSmem<D, kMixed>;
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ uint8_t smem_raw[];
   const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
   const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
   if (dt.len == 0) return;
-  const int wg = int(threadIdx.x) / kThreads;
+  const int wg = uniform_warpgroup();
   const int hk = h / (a.hq / a.hkv);
   // This warpgroup's 64 queries: the 64-token query tile mw, queries [m0, m0 + valid_q).
   const int mw = kDqWarpgroups * dt.tile + wg, m0 = mw * kTileTokens;
@@ -490,9 +578,17 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   // Key tiles up to the CTA's last diagonal (causal); a warpgroup skips those past its own.
   const int num_key_tiles = a.causal ? min(kDqWarpgroups * (dt.tile + 1), num_tiles_doc) : num_tiles_doc;
   const DocMask mask{dt.len, a.causal};
+  uint8_t* smem = swizzle_aligned(smem_raw);
   const uint32_t base = ptx::smem_addr(smem);
+  init_stage_barriers(base + S::full(0));
+  const bool elected = elected_thread();  // starts the stages' TMA loads
+  if (elected) {
+    tma::prefetch_map(a.k8_rows);
+    tma::prefetch_map(a.v8_rows);
+    if constexpr (!kMixed) tma::prefetch_map(a.kt8_cols);
+  }
 
-  const int64_t q_row = int64_t(a.hq) * D, kv_row = int64_t(a.hkv) * D;
+  const int64_t q_row = int64_t(a.hq) * D;
   if (valid_q > 0) {
     const int64_t q_off = (dt.tok0 + m0) * q_row + h * D;
     const uint32_t qb = base + S::queries(wg);
@@ -510,22 +606,23 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   }
   ptx::cp_async_commit();
 
-  // Warpgroup 0 loads K, V and sk; warpgroup 1 Kᵀ (fp8) and sv.
-  auto load_key_tile = [&](int n) {
-    const int n0 = n * kTileTokens, valid = min(kTileTokens, dt.len - n0);
-    const uint32_t st = base + S::stage(n & 1);
-    const int64_t tok_off = hk * a.total_tokens + dt.tok0 + n0;
-    const int i = tile_tid() & 63;
-    if (wg == 0) {
-      const int64_t row_off = (dt.tok0 + n0) * kv_row + hk * D;
-      load_kmajor_rows<D>(st + S::kK, a.k8 + row_off, kv_row, valid);
-      load_kmajor_rows<D>(st + S::kV, a.v8 + row_off, kv_row, valid);
-      if (tile_tid() < kTileTokens) load_scalar(st + S::kSk, a.sk + tok_off, valid, i);
-    } else {
-      if constexpr (!kMixed)
-        load_kmajor_cols<D>(st + S::kKt, a.kt8 + int64_t(hk) * D * a.tpad + dt.pstart + n0, a.tpad, valid);
-      if (tile_tid() < kTileTokens) load_scalar(st + S::kSv, a.sv + tok_off, valid, i);
-    }
+  // The elected thread: a key tile's FP8 tiles into its stage, by TMA.
+  auto load_key_tiles = [&](int n) {
+    const uint32_t st = base + S::stage(n & 1), full = base + S::full(n & 1);
+    const int tok = int(dt.tok0) + n * kTileTokens, pos = int(dt.pstart) + n * kTileTokens;
+    mbar::arrive_expect_tx(full, S::kTmaBytes);
+    tma::load_3d(st + S::kK, a.k8_rows, full, 0, hk, tok);
+    tma::load_3d(st + S::kV, a.v8_rows, full, 0, hk, tok);
+    if constexpr (!kMixed) tma::load_2d(st + S::kKt, a.kt8_cols, full, pos, hk * D);
+  };
+  // Warpgroup 0: a key tile's 128 key scales (thread t: value t % 64 of sk, sv for
+  // t / 64 = 0, 1, as laid out from kSk on), by cp.async.
+  const int value_i = int(threadIdx.x) & (kTileTokens - 1), value_kind = int(threadIdx.x) / kTileTokens;
+  const float* const values = (value_kind == 0 ? a.sk : a.sv) + hk * a.total_tokens + dt.tok0;
+  auto load_key_values = [&](int n) {
+    const int n0 = n * kTileTokens;
+    if (value_kind < 2)
+      load_scalar(base + S::stage(n & 1) + S::kSk + value_kind * kScalarTileBytes, values + n0, dt.len - n0, value_i);
   };
   // fp8_mixed: the BF16 K rows of a key tile, into the staging tile (warpgroup 1).
   auto load_k_rows = [&](int n) {
@@ -535,7 +632,8 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
                       a.k + (dt.tok0 + n0) * a.k_stride_t + hk * a.k_stride_h, a.k_stride_t,
                       min(kTileTokens, dt.len - n0));
   };
-  load_key_tile(0);
+  if (elected) load_key_tiles(0);
+  load_key_values(0);
   ptx::cp_async_commit();
   if constexpr (kMixed) {
     if (wg == 1) load_k_rows(0);
@@ -550,12 +648,15 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
     for (int e = 0; e < 4; ++e) dq[c][e] = 0.0f;
 
   for (int n = 0; n < num_key_tiles; ++n) {
-    if (n + 1 < num_key_tiles) load_key_tile(n + 1);
+    if (n + 1 < num_key_tiles) {
+      if (elected) load_key_tiles(n + 1);
+      load_key_values(n + 1);
+    }
     ptx::cp_async_commit();
-    ptx::cp_async_wait<1>();  // all but the next key tile's FP8 tiles landed (this thread's copies)
+    ptx::cp_async_wait<1>();  // all but the next key tile's scales landed (this thread's copies)
     const int n0 = n * kTileTokens;
-    if (!kMixed && wg == 1) clear_kmajor_cols_tail<D>(smem + S::stage(n & 1) + S::kKt, dt.len - n0);
     step_ready<D, kMixed>(smem, S::kBf16, wg == 1, [&] { load_k_rows(n + 1); });
+    mbar::wait(base + S::full(n & 1), (n >> 1) & 1);  // its TMA tiles landed (as in dkdv_kernel)
     // Causal: this warpgroup's queries see key tiles up to their own diagonal mw.
     if (valid_q > 0 && (!a.causal || n <= mw)) {
       if (mask_needed_for_query_rows(mask, mw, n, kTileTokens))
@@ -575,7 +676,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
 
 template <int D, bool kMixed>
 cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
-  constexpr int kDkdvSmem = DkdvSmem<D, kMixed>::kBytes, kDqSmem = DqSmem<D, kMixed>::kBytes;
+  constexpr int kDkdvSmem = DkdvSmem<D, kMixed>::kAlloc, kDqSmem = DqSmem<D, kMixed>::kAlloc;
   cudaError_t attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed>), kDkdvSmem);
   if (attr == cudaSuccess) attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_kernel<D, kMixed>), kDqSmem);
   if (attr != cudaSuccess) return attr;
@@ -587,12 +688,29 @@ cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// The maps of the streamed tiles. Row tiles: 64 tokens of one head of a natural [T][H][D]
+// copy, box {D, 1, 64}, D-byte swizzle (the fast forward's q8 map). Column tiles: D rows of
+// 64 token positions of one head of a transposed [H * D][Tpad] copy, box {64, D}, 64-byte
+// swizzle (the fast forward's vt8 map with 64-position boxes).
+cudaError_t encode_row_map(CUtensorMap* map, const uint8_t* codes, int64_t total_tokens, int heads, int head_dim) {
+  const uint64_t D = uint64_t(head_dim);
+  const uint64_t dims[3] = {D, uint64_t(heads), uint64_t(total_tokens)}, strides[2] = {D, uint64_t(heads) * D};
+  const uint32_t box[3] = {uint32_t(D), 1, uint32_t(kTileTokens)};
+  return encode_u8_map(map, codes, 3, dims, strides, box, head_dim);
+}
+cudaError_t encode_col_map(CUtensorMap* map, const uint8_t* codes, int64_t tpad, int heads, int head_dim) {
+  const uint64_t dims[2] = {uint64_t(tpad), uint64_t(heads) * uint64_t(head_dim)}, strides[1] = {uint64_t(tpad)};
+  const uint32_t box[2] = {uint32_t(kTileTokens), uint32_t(head_dim)};
+  return encode_u8_map(map, codes, 2, dims, strides, box, kTileTokens);
+}
+
 }  // namespace
 
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
                      const void* out, const float* lse, const void* qkv8, void* workspace,
                      void* dq, void* dk, void* dv) {
   if (p.total_tokens == 0) return cudaSuccess;
+  if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorInvalidValue;
   const bool mixed = p.recipe == FLAMIA_RECIPE_FP8_MIXED;
   if (mixed && (!quant::rows_16b_aligned(p.q, p.q_stride_t, p.q_stride_h) ||
                 !quant::rows_16b_aligned(p.k, p.k_stride_t, p.k_stride_h)))
@@ -602,18 +720,24 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.head_dim);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const uint8_t* base = static_cast<const uint8_t*>(qkv8);
-  cudaError_t err =
-      quant::quantize_dout(p, dout, dout_stride_t, dout_stride_h, out, base, layout, ws, ws_layout);
-  if (err != cudaSuccess) return err;
 
+  // The maps first: a failing encode returns before anything is launched.
   BwdArgs a{};
   a.q8 = base + layout.q8;
   a.k8 = base + layout.k8;
   a.v8 = base + layout.v8;
-  a.qt8 = mixed ? nullptr : base + layout.qt8;
-  a.kt8 = mixed ? nullptr : base + layout.kt8;
   a.do8 = ws + ws_layout.do8;
-  a.dot8 = ws + ws_layout.dot8;
+  const int64_t T = p.total_tokens;
+  cudaError_t err;
+  if ((err = encode_row_map(&a.q8_rows, a.q8, T, p.hq, p.head_dim)) != cudaSuccess ||
+      (err = encode_row_map(&a.do8_rows, a.do8, T, p.hq, p.head_dim)) != cudaSuccess ||
+      (err = encode_row_map(&a.k8_rows, a.k8, T, p.hkv, p.head_dim)) != cudaSuccess ||
+      (err = encode_row_map(&a.v8_rows, a.v8, T, p.hkv, p.head_dim)) != cudaSuccess ||
+      (err = encode_col_map(&a.dot8_cols, ws + ws_layout.dot8, layout.tpad, p.hq, p.head_dim)) != cudaSuccess)
+    return err;
+  if (!mixed && ((err = encode_col_map(&a.qt8_cols, base + layout.qt8, layout.tpad, p.hq, p.head_dim)) != cudaSuccess ||
+                 (err = encode_col_map(&a.kt8_cols, base + layout.kt8, layout.tpad, p.hkv, p.head_dim)) != cudaSuccess))
+    return err;
   a.sq = reinterpret_cast<const float*>(base + layout.sq);
   a.sk = reinterpret_cast<const float*>(base + layout.sk);
   a.sv = reinterpret_cast<const float*>(base + layout.sv);
@@ -633,17 +757,18 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
   a.total_tokens = p.total_tokens;
-  a.tpad = layout.tpad;
   a.hq = p.hq;
   a.hkv = p.hkv;
   a.causal = p.causal;
   a.c = p.softmax_scale * kLog2e;
   a.softmax_scale = p.softmax_scale;
+
+  if ((err = quant::quantize_dout(p, dout, dout_stride_t, dout_stride_h, out, base, layout, ws, ws_layout)) !=
+      cudaSuccess)
+    return err;
   if (p.head_dim == 64)
     return mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
-  if (p.head_dim == 128)
-    return mixed ? launch_backward<128, true>(a, p.stream) : launch_backward<128, false>(a, p.stream);
-  return cudaErrorInvalidValue;
+  return mixed ? launch_backward<128, true>(a, p.stream) : launch_backward<128, false>(a, p.stream);
 }
 
 }  // namespace sm90

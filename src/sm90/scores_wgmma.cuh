@@ -7,10 +7,10 @@
 // Inf. The contract, for a 64-row tile A and an N-row tile B of one (query, key) tile pair:
 //
 //   S tile = wgmma.mma_async m64nNk32.f32.e4m3.e4m3, A = 64 rows x D and B = N rows x D,
-//            both FP8 E4M3 codes in shared memory, K-major (wgmma::KMajorTile); D/32 k32
-//            steps chained in one accumulator in ascending k (scale-d = 0 on the first,
-//            1 after); then S = (acc * sq[i]) * sk[j] in FP32, left to right
-//            (docs/ALGORITHM.md §3).
+//            both FP8 E4M3 codes in shared memory, K-major (in any layout wgmma reads:
+//            core matrices or TMA's swizzle); D/32 k32 steps chained in one accumulator in
+//            ascending k (scale-d = 0 on the first, 1 after); then S = (acc * sq[i]) * sk[j]
+//            in FP32, left to right (docs/ALGORITHM.md §3).
 //
 // The forward uses A = Q, B = K; the dQ pass the same; the dK/dV pass A = K, B = Q and
 // reads Sᵀ, which relies on the tensor core's sum being the same for (Q Kᵀ)ᵀ and K Qᵀ (the
@@ -32,25 +32,35 @@ namespace sm90 {
 template <int D>
 using ScoreTile = wgmma::KMajorTile<kTileTokens, D>;
 
-// Issues the D/32 chained k-steps of A Bᵀ reduced over D (A rows x B rows, both ScoreTile)
-// into acc and commits them as one wgmma group. S is this product of the Q and K tiles; the
-// backward's dP (dO, V) and dPᵀ (V, dO) are the same instruction sequence, which the
-// specification's dP follows (ALGORITHM.md §6). The caller fences before (wgmma::fence)
-// and waits and pins acc after; the result is the raw dot product of codes.
-template <int D>
+// Where B lives: a ScoreTile, or (kSwizzledB) the same 64 rows of D codes as TMA lands them
+// in a D-byte swizzle (mma::SwizzledRows<D>; the backward's streamed stages). The layout only
+// changes where wgmma reads the bytes, not the products or their order, so S keeps the
+// contract above; A is always a ScoreTile (each operand has its own descriptor).
+template <int D, bool kSwizzledB>
+__device__ __forceinline__ uint64_t score_b_desc(uint32_t b_tile, int ks) {
+  if constexpr (kSwizzledB) return mma::desc<D>(b_tile, ks);
+  else return wgmma::desc<ScoreTile<D>>(b_tile, ks);
+}
+
+// Issues the D/32 chained k-steps of A Bᵀ reduced over D (A rows x B rows) into acc and
+// commits them as one wgmma group. S is this product of the Q and K tiles; the backward's dP
+// (dO, V) and dPᵀ (V, dO) are the same instruction sequence, which the specification's dP
+// follows (ALGORITHM.md §6). The caller fences before (wgmma::fence) and waits and pins acc
+// after; the result is the raw dot product of codes.
+template <int D, bool kSwizzledB = false>
 __device__ __forceinline__ void issue_row_dots(TileAcc& acc, uint32_t a_tile, uint32_t b_tile) {
-  wgmma::mma_ss<false>(acc, wgmma::desc<ScoreTile<D>>(a_tile, 0), wgmma::desc<ScoreTile<D>>(b_tile, 0));
+  wgmma::mma_ss<false>(acc, wgmma::desc<ScoreTile<D>>(a_tile, 0), score_b_desc<D, kSwizzledB>(b_tile, 0));
 #pragma unroll
   for (int ks = 1; ks < D / 32; ++ks)
-    wgmma::mma_ss<true>(acc, wgmma::desc<ScoreTile<D>>(a_tile, ks), wgmma::desc<ScoreTile<D>>(b_tile, ks));
+    wgmma::mma_ss<true>(acc, wgmma::desc<ScoreTile<D>>(a_tile, ks), score_b_desc<D, kSwizzledB>(b_tile, ks));
   wgmma::commit();
 }
 
 // S (or Sᵀ): the raw dot products, to be scaled by score() (the backward folds the same
 // powers of two into one scale product per pair, backward.cu).
-template <int D>
+template <int D, bool kSwizzledB = false>
 __device__ __forceinline__ void issue_scores(TileAcc& s, uint32_t a_tile, uint32_t b_tile) {
-  issue_row_dots<D>(s, a_tile, b_tile);
+  issue_row_dots<D, kSwizzledB>(s, a_tile, b_tile);
 }
 
 // S of one pair from the tensor core's dot product: (dot * sq) * sk, whichever operand

@@ -45,11 +45,11 @@ struct KMajorTile {
 // (49-51) and swizzle mode (62-63) are 0 = no swizzle.
 // Shared-window addresses are below 2^18 (228 KiB), so stepping the start field by
 // kstep_offset >> 4 never carries out of it.
+// Built as two 32-bit words with the step added to the low one (one add per step).
 template <class Tile>
 __device__ __forceinline__ uint64_t desc(uint32_t tile, int ks) {
-  const uint64_t base = uint64_t((tile & 0x3FFFFu) >> 4) | (uint64_t(Tile::kLbo >> 4) << 16) |
-                        (uint64_t(Tile::kSbo >> 4) << 32);
-  return base + uint64_t(Tile::kstep_offset(ks) >> 4);
+  const uint32_t lo = (((tile & 0x3FFFFu) >> 4) | uint32_t(Tile::kLbo >> 4) << 16) + uint32_t(Tile::kstep_offset(ks) >> 4);
+  return (uint64_t(Tile::kSbo >> 4) << 32) | lo;
 }
 
 // ---- ordering ----------------------------------------------------------------------------

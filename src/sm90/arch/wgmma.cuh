@@ -30,11 +30,14 @@ struct SwizzledRows {
 // address (bits 0-13, 16-byte units), leading byte offset 1 (unused for swizzled K-major),
 // stride byte offset = one atom (bits 32-45), swizzle mode (bits 62-63). A k32 step is 32
 // bytes into every row; the hardware applies the swizzle to the advanced address.
+// Built as two 32-bit words with the step added to the low one: shared-window addresses are
+// below 2^18, so the start field never carries, and a tile's steps cost one add each.
 template <int kRowBytes>
 __device__ __forceinline__ uint64_t desc(uint32_t tile, int ks) {
   using T = SwizzledRows<kRowBytes>;
-  return uint64_t(((tile + 32u * uint32_t(ks)) & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) |
-         (uint64_t(T::kAtomBytes >> 4) << 32) | (T::kMode << 62);
+  const uint32_t lo = (((tile & 0x3FFFFu) >> 4) | (1u << 16)) + 2u * uint32_t(ks);
+  constexpr uint32_t hi = uint32_t(T::kAtomBytes >> 4) | uint32_t(T::kMode << 30);
+  return (uint64_t(hi) << 32) | lo;
 }
 
 // ---- ordering ----------------------------------------------------------------------------
