@@ -514,9 +514,19 @@ void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMat
         // Tile rows r in [0, n) are queries m0 + r; the visible ones start at r0.
         const int r0 = std::max(m0, ibeg) - m0, n = std::min(m0 + BM, L) - m0;
         std::fill(x.begin(), x.end(), 0.0f);
-        // dV: P with dO's scale folded in, times dO8.
+        // dV: P with dO's scale folded in, times dO8. FP8: one scale per query tile, from the
+        // tile's largest dO scale, which bounds every P·sdo since P <= 1 (ALGORITHM.md §3;
+        // fmax skips a NaN scale, whose query poisons only the keys that see it).
         for (int r = r0; r < n; ++r) x[r] = pm.P[size_t(m0 + r) * L + j] * do8.s(base + m0 + r, h);
-        float scale = round_tile_operand(x.data() + r0, n - r0, prec.pdo_fp8);
+        float scale;
+        if (prec.pdo_fp8) {
+          float sdo_max = 0.0f;
+          for (int r = 0; r < n; ++r) sdo_max = std::fmax(sdo_max, do8.s(base + m0 + r, h));
+          scale = fmt::pow2_scale(sdo_max);
+          for (int r = r0; r < n; ++r) x[r] = fmt::e4m3_to_f32(fmt::quantize_e4m3(x[r], scale));
+        } else {
+          scale = round_tile_operand(x.data() + r0, n - r0, false);
+        }
         tile_product(cfg, prec.pdo_fp8, x.data(), r0, n, D, [&](int r) { return do8.row(base + m0 + r, h); },
                      col, tile.data());
         for (int d = 0; d < D; ++d) dvj[d] = std::fma(scale, tile[d], dvj[d]);

@@ -133,6 +133,15 @@ __device__ __forceinline__ TokenOperand<kBf16> token_operand(const TileAcc& x) {
   return op;
 }
 
+// dV's A operand: x is P · sdo / sigma already, with one sigma for the whole tile (codes
+// e4m3(x), no per-row maximum: ALGORITHM.md §3).
+__device__ __forceinline__ TokenOperand<false> token_operand_prescaled(const TileAcc& x, float sigma) {
+  TokenOperand<false> op;
+  pack_fp8_a_prescaled(x, op.a);
+  op.scale[0] = op.scale[1] = sigma;
+  return op;
+}
+
 // acc += scale[row] * (A · B): the tile product in a fresh accumulator (scale-d 0 on the
 // first step, the steps chained in ascending token order), then scaled and added in FP32: by
 // one fused multiply-add (kLast) or a multiply and an add, the same bits, as the scale is a
@@ -331,10 +340,21 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   wgmma::fence();
   issue_scores<D, true>(s, kb + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
   issue_row_dots<D, true>(dp, kb + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
+  // dV's operand scale while the MMAs run: P <= 1, so the tile's largest sdo bounds every
+  // P · sdo, and sigma = pow2_scale(that) serves every key (ALGORITHM.md §3). A quad's lanes
+  // hold all 64 columns; columns past the document hold 0 (their sdo is zero-filled), and
+  // fmaxf skips a NaN scale, whose query then poisons only the keys that see it (by its
+  // NaN codes), as the specification's does.
+  float sdo_max = 0.0f;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) sdo_max = fmaxf(sdo_max, fmaxf(sdo[8 * n + 2 * q], sdo[8 * n + 2 * q + 1]));
+  sdo_max = fmaxf(sdo_max, __shfl_xor_sync(0xffffffffu, sdo_max, 1));
+  sdo_max = fmaxf(sdo_max, __shfl_xor_sync(0xffffffffu, sdo_max, 2));
+  const float sigma = fmt::pow2_scale(sdo_max), inv_sigma = fmt::pow2_reciprocal(sigma);
   wgmma::wait<0>();
   wgmma::pin(s);
   wgmma::pin(dp);
-  // In place: s <- Pᵀ * sdo (dV operand), dp <- dSᵀ * sq (fp8) or dSᵀ (fp8_mixed).
+  // In place: s <- Pᵀ * sdo / sigma (dV operand), dp <- dSᵀ * sq (fp8) or dSᵀ (fp8_mixed).
 #pragma unroll
   for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -343,13 +363,13 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
       const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(skc_row[r], sq[col]),
                                     __fmul_rn(sdo[col], sv_row[r]), __fmul_rn(lse[col], kLog2e), dvec[col]);
-      s[n][e] = visible ? __fmul_rn(pg.p, sdo[col]) : 0.0f;
+      s[n][e] = visible ? __fmul_rn(pg.p, __fmul_rn(sdo[col], inv_sigma)) : 0.0f;
       dp[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sq[col])) : 0.0f;
     }
   // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
   // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
   // (or both sums by FMA) ptxas spills the packed operand or an accumulator in the loop.
-  TokenOperand<false> pv = token_operand<false>(s);
+  TokenOperand<false> pv = token_operand_prescaled(s, sigma);
   TokenOperand<kMixed> ds = token_operand<kMixed>(dp);
   accumulate_token_product<D, kMixed, false>(dk, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kQt);
   accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);

@@ -98,6 +98,19 @@ __device__ __forceinline__ void pack_fp8_a(const TileAcc& x, const float (&inv_s
       }
 }
 
+// The same fragments from a tile already divided by its scale (codes e4m3(x)).
+__device__ __forceinline__ void pack_fp8_a_prescaled(const TileAcc& x, uint32_t (&a)[2][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int n = 4 * kk + 2 * h;
+        a[kk][2 * h + r] = ptx::pack_e4m3x4(x[n][2 * r], x[n][2 * r + 1], x[n + 1][2 * r], x[n + 1][2 * r + 1]);
+      }
+}
+
 // BF16 A fragments of the four k16 steps of a 16 x 64 tile (accumulator order = k order).
 __device__ __forceinline__ void pack_bf16_a(const TileAcc& x, uint32_t (&a)[4][4]) {
 #pragma unroll
