@@ -159,7 +159,17 @@ struct Literal {
                 x.push_back(P(i, j, h) * dO.sc(base + i, h));
                 y.push_back(ds_fp8 ? dS(i, j, h) * q.sc(base + i, h) : dS(i, j, h));
               }
-              const float sigma = literal_round(x, fp8());
+              // dV's FP8 scale: the tile's largest dO scale (P <= 1), the same for every key.
+              float sigma = 1.0f;
+              if (fp8()) {
+                float sdo_max = 0.0f;
+                for (int i = m0; i < std::min(m0 + cfg.tiling.bwd_block_m, L); ++i)
+                  sdo_max = std::fmax(sdo_max, dO.sc(base + i, h));
+                sigma = fmt::pow2_scale(sdo_max);
+                for (float& e : x) e = fmt::e4m3_to_f32(fmt::quantize_e4m3(e, sigma));
+              } else {
+                literal_round(x, false);
+              }
               const float tau = literal_round(y, ds_fp8);
               for (int d = 0; d < D; ++d) {
                 float tv = 0.0f, tk = 0.0f;
