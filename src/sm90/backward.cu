@@ -126,9 +126,7 @@ __device__ __forceinline__ TokenOperand<kBf16> token_operand(const TileAcc& x) {
     pack_bf16_a(x, op.a);
     op.scale[0] = op.scale[1] = 1.0f;
   } else {
-    row_pow2_scales(x, op.scale);
-    const float inv[2] = {fmt::pow2_reciprocal(op.scale[0]), fmt::pow2_reciprocal(op.scale[1])};
-    pack_fp8_a(x, inv, op.a);
+    pack_fp8_a_row_scaled(x, op.scale, op.a);
   }
   return op;
 }

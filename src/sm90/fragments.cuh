@@ -82,9 +82,10 @@ __device__ __forceinline__ void load_b_fp8_k64(uint32_t tile, int n, uint32_t (&
 
 // ---- accumulator -> A operand ----------------------------------------------------------
 // FP8 A fragments of the two k32 steps of a 16 x 64 tile: q8(x, scale[row]) with
-// inv_scale = 1 / scale (exact for powers of two).
-__device__ __forceinline__ void pack_fp8_a(const TileAcc& x, const float (&inv_scale)[2],
-                                           uint32_t (&a)[2][4]) {
+// inv_scale = 1 / scale (exact for powers of two); kScaled = false: x is divided already.
+template <bool kScaled>
+__device__ __forceinline__ void pack_fp8_a_fragments(const TileAcc& x, const float (&inv_scale)[2],
+                                                     uint32_t (&a)[2][4]) {
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
@@ -92,23 +93,26 @@ __device__ __forceinline__ void pack_fp8_a(const TileAcc& x, const float (&inv_s
 #pragma unroll
       for (int r = 0; r < 2; ++r) {  // row g + 8r
         const int n = 4 * kk + 2 * h;
-        const float s = inv_scale[r];
-        a[kk][2 * h + r] = ptx::pack_e4m3x4(__fmul_rn(x[n][2 * r], s), __fmul_rn(x[n][2 * r + 1], s),
-                                            __fmul_rn(x[n + 1][2 * r], s), __fmul_rn(x[n + 1][2 * r + 1], s));
+        auto v = [&](float e) { return kScaled ? __fmul_rn(e, inv_scale[r]) : e; };
+        a[kk][2 * h + r] =
+            ptx::pack_e4m3x4(v(x[n][2 * r]), v(x[n][2 * r + 1]), v(x[n + 1][2 * r]), v(x[n + 1][2 * r + 1]));
       }
 }
-
+__device__ __forceinline__ void pack_fp8_a(const TileAcc& x, const float (&inv_scale)[2], uint32_t (&a)[2][4]) {
+  pack_fp8_a_fragments<true>(x, inv_scale, a);
+}
 // The same fragments from a tile already divided by its scale (codes e4m3(x)).
 __device__ __forceinline__ void pack_fp8_a_prescaled(const TileAcc& x, uint32_t (&a)[2][4]) {
-#pragma unroll
-  for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int n = 4 * kk + 2 * h;
-        a[kk][2 * h + r] = ptx::pack_e4m3x4(x[n][2 * r], x[n][2 * r + 1], x[n + 1][2 * r], x[n + 1][2 * r + 1]);
-      }
+  const float unused[2] = {1.0f, 1.0f};
+  pack_fp8_a_fragments<false>(x, unused, a);
+}
+
+// The FP8 A operand of a tile with per-row scales: scale = row_pow2_scales(x), fragments
+// q8(x, scale[row]) through the exact reciprocals.
+__device__ __forceinline__ void pack_fp8_a_row_scaled(const TileAcc& x, float (&scale)[2], uint32_t (&a)[2][4]) {
+  row_pow2_scales(x, scale);
+  const float inv[2] = {fmt::pow2_reciprocal(scale[0]), fmt::pow2_reciprocal(scale[1])};
+  pack_fp8_a(x, inv, a);
 }
 
 // BF16 A fragments of the four k16 steps of a 16 x 64 tile (accumulator order = k order).
