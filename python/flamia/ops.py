@@ -4,7 +4,10 @@ Two custom ops, "flamia::fwd" and "flamia::bwd", are registered with torch.libra
 that torch.compile sees opaque nodes with known output shapes (fake implementations) and
 an autograd formula, instead of breaking the graph at a ctypes call. The forward returns
 the quantized-operand buffer ("qkv8") as a third output; autograd saves it, so q/k/v are
-quantized once per training step and the backward reuses them.
+quantized once per training step and the backward reuses them. With recipe "fp8" on the GPU
+the backward reads q, k, v only from qkv8, so autograd keeps qkv8 instead of the BF16 q, k, v
+(as many bytes as they take, not twice); fp8_mixed reads the BF16 q and k, and the CPU path
+quantizes q, k, v itself, so those keep them.
 
 Devices: CUDA tensors run the GPU kernels; CPU tensors run the CPU specification (the same
 numbers up to FP32 ordering noise, docs/NUMERICS.md §5; exact and slow: for tests and for
@@ -77,18 +80,36 @@ def _require_rank(t: Tensor, name: str, ndim: int, layout: str) -> None:
         raise FlamiaError(f"flamia: {name} must have {ndim} dims {layout}, got shape {tuple(t.shape)}")
 
 
-def _make_args(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool,
-               softmax_scale: float, recipe: str) -> _lib.AttentionArgs:
+def _shape_view(shape: Sequence[int], like: Tensor) -> _lib.Tensor:
+    """A dense BF16 tensor of `shape` on `like`'s device, described without data (the fp8
+    backward's q, k, v, which it reads from qkv8)."""
+    view = tensor_view(like, "out")
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * int(shape[i + 1])
+    return _lib.Tensor.make(0, _lib.DTYPE_BF16, tuple(int(x) for x in shape), tuple(strides), view.device)
+
+
+def _make_args(q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], cu_seqlens: Tensor,
+               max_seqlen: int, causal: bool, softmax_scale: float, recipe: str,
+               shapes: Optional[Tuple[Sequence[int], Sequence[int], Tensor]] = None) -> _lib.AttentionArgs:
+    """shapes = (q shape, k/v shape, a tensor on the device) describes q, k, v without data
+    when they are None (the fp8 backward)."""
     a = _lib.AttentionArgs()
-    a.q = tensor_view(q, "q")
-    a.k = tensor_view(k, "k")
-    a.v = tensor_view(v, "v")
+    if q is None:
+        q_shape, kv_shape, like = shapes
+        a.q, a.k, a.v = _shape_view(q_shape, like), _shape_view(kv_shape, like), _shape_view(kv_shape, like)
+    else:
+        a.q = tensor_view(q, "q")
+        a.k = tensor_view(k, "k")
+        a.v = tensor_view(v, "v")
     a.cu_seqlens = tensor_view(cu_seqlens, "cu_seqlens")
     a.max_seqlen = int(max_seqlen)
     a.causal = 1 if causal else 0
     a.softmax_scale = float(softmax_scale)  # 0 lets the library pick 1/sqrt(D)
     a.recipe = _lib.recipe_id(recipe)
-    a.stream = torch.cuda.current_stream(q.device).cuda_stream if q.device.type == "cuda" else None
+    dev = q.device if q is not None else shapes[2].device
+    a.stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else None
     return a
 
 
@@ -120,27 +141,45 @@ def forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int
     return out, lse, qkv8
 
 
-def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, qkv8: Tensor,
-             cu_seqlens: Tensor, max_seqlen: int, causal: bool = True, softmax_scale: float = 0.0,
-             recipe: str = "fp8") -> Tuple[Tensor, Tensor, Tensor]:
-    """Backward from the forward's saved (out, lse, qkv8). Returns (dq, dk, dv) in bf16."""
-    dev = _require_one_device((("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse),
-                               ("qkv8", qkv8), ("cu_seqlens", cu_seqlens)))
-    _require_rank(q, "q", 3, "[T, Hq, D]")
-    _require_rank(k, "k", 3, "[T, Hkv, D]")
+def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], out: Tensor,
+             lse: Tensor, qkv8: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool = True,
+             softmax_scale: float = 0.0, recipe: str = "fp8",
+             kv_heads: Optional[int] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """Backward from the forward's saved (out, lse, qkv8). Returns (dq, dk, dv) in bf16.
+    q, k, v may all be None with recipe "fp8" on the GPU (the kernels read them from qkv8);
+    kv_heads then gives Hkv (the shapes are out's, [T, Hq, D], and [T, kv_heads, D])."""
+    if q is None or k is None or v is None:
+        if not (q is None and k is None and v is None):
+            raise FlamiaError("flamia: q, k and v must be given together or all be None")
+        if kv_heads is None:
+            raise FlamiaError("flamia: kv_heads is needed when q, k, v are None")
+        named = (("dout", dout), ("out", out), ("lse", lse), ("qkv8", qkv8), ("cu_seqlens", cu_seqlens))
+    else:
+        named = (("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse), ("qkv8", qkv8),
+                 ("cu_seqlens", cu_seqlens))
+    dev = _require_one_device(named)
+    if q is not None:
+        _require_rank(q, "q", 3, "[T, Hq, D]")
+        _require_rank(k, "k", 3, "[T, Hkv, D]")
+        T, hq, d = q.shape
+        hkv = k.shape[1]
+        shapes = None
+    else:
+        _require_rank(out, "out", 3, "[T, Hq, D]")
+        T, hq, d = out.shape
+        hkv = int(kv_heads)
+        shapes = ((T, hq, d), (T, hkv, d), out)
     lib = _lib.get()
     rid = _lib.recipe_id(recipe)
-    T, hq, d = q.shape
-    hkv = k.shape[1]
     # The kernels read dout with a contiguous head dim; a transposed/expanded grad is common.
     dout = dout.contiguous()
     dq = torch.empty((T, hq, d), dtype=torch.bfloat16, device=dev)
-    dk = torch.empty(tuple(k.shape), dtype=torch.bfloat16, device=dev)
-    dv = torch.empty(tuple(v.shape), dtype=torch.bfloat16, device=dev)
+    dk = torch.empty((T, hkv, d), dtype=torch.bfloat16, device=dev)
+    dv = torch.empty((T, hkv, d), dtype=torch.bfloat16, device=dev)
     wbytes = lib.backward_workspace_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, rid)
     ws = torch.empty((wbytes,), dtype=torch.uint8, device=dev)
     with _on(dev):
-        args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe)
+        args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, shapes)
         lib.backward(args, tensor_view(dout, "dout"), tensor_view(out, "out"), tensor_view(lse, "lse"),
                      qkv8.data_ptr() if qkv8.numel() else 0, qkv8.numel(),
                      ws.data_ptr() if wbytes else 0, wbytes,
@@ -176,22 +215,34 @@ def _fwd_fake(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, fo
 
 
 @torch.library.custom_op("flamia::bwd", mutates_args=())
-def _bwd_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, qkv8: Tensor,
-            cu_seqlens: Tensor, max_seqlen: int, causal: bool, softmax_scale: float,
-            recipe: str) -> Tuple[Tensor, Tensor, Tensor]:
-    return backward(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, softmax_scale, recipe)
+def _bwd_op(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], out: Tensor,
+            lse: Tensor, qkv8: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool, softmax_scale: float,
+            recipe: str, kv_heads: int) -> Tuple[Tensor, Tensor, Tensor]:
+    return backward(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, softmax_scale, recipe,
+                    kv_heads)
 
 
 @_bwd_op.register_fake
-def _bwd_fake(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, softmax_scale, recipe):
-    return (q.new_empty(q.shape, dtype=torch.bfloat16), k.new_empty(k.shape, dtype=torch.bfloat16),
-            v.new_empty(v.shape, dtype=torch.bfloat16))
+def _bwd_fake(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, kv_heads):
+    T, hq, d = out.shape
+    return (out.new_empty((T, hq, d), dtype=torch.bfloat16), out.new_empty((T, kv_heads, d), dtype=torch.bfloat16),
+            out.new_empty((T, kv_heads, d), dtype=torch.bfloat16))
+
+
+def _keeps_qkv(q: Tensor, recipe: str) -> bool:
+    """Whether the backward needs the BF16 q, k, v (module docstring)."""
+    return not (q.device.type == "cuda" and recipe == "fp8")
 
 
 def _setup_context(ctx, inputs, output) -> None:
     q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward = inputs
     out, lse, qkv8 = output
-    ctx.save_for_backward(q, k, v, out, lse, qkv8, cu_seqlens)
+    ctx.keeps_qkv = _keeps_qkv(q, recipe)
+    ctx.kv_heads = k.shape[1]
+    if ctx.keeps_qkv:
+        ctx.save_for_backward(q, k, v, out, lse, qkv8, cu_seqlens)
+    else:
+        ctx.save_for_backward(out, lse, qkv8, cu_seqlens)
     ctx.max_seqlen = max_seqlen
     ctx.causal = causal
     ctx.softmax_scale = softmax_scale
@@ -203,14 +254,18 @@ def _setup_context(ctx, inputs, output) -> None:
 
 
 def _backward(ctx, dout, dlse, dqkv8):
-    q, k, v, out, lse, qkv8, cu_seqlens = ctx.saved_tensors
+    if ctx.keeps_qkv:
+        q, k, v, out, lse, qkv8, cu_seqlens = ctx.saved_tensors
+    else:
+        q = k = v = None
+        out, lse, qkv8, cu_seqlens = ctx.saved_tensors
     if not ctx.for_backward:
         raise FlamiaError("flamia: backward through a forward run without for_backward "
                           "(grad was disabled when the forward ran)")
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = torch.ops.flamia.bwd(dout.contiguous(), q, k, v, out, lse, qkv8, cu_seqlens,
-                                      ctx.max_seqlen, ctx.causal, ctx.softmax_scale, ctx.recipe)
+                                      ctx.max_seqlen, ctx.causal, ctx.softmax_scale, ctx.recipe, ctx.kv_heads)
     return dq, dk, dv, None, None, None, None, None, None
 
 

@@ -73,3 +73,43 @@ def test_flash_attn_varlen_func_matches_attention():
     out, lse, none = flamia.flash_attn_varlen_func(q, k, v, cu, cu.clone(), 300, 300, causal=True,
                                                    return_attn_probs=True)
     assert torch.equal(out, a) and none is None and lse.shape == (8, q.shape[0])
+
+
+def _saved_by_attention(q, k, v, cu, max_seqlen, recipe):
+    """The tensors autograd keeps for flamia.attention's backward, and its output."""
+    import flamia
+
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = flamia.attention(q, k, v, cu, max_seqlen, recipe=recipe)
+    return saved, out
+
+
+@pytest.mark.parametrize("recipe", ["fp8", "fp8_mixed"])
+def test_saved_state_and_gradients_without_bf16_qkv(recipe):
+    # recipe fp8 on the GPU keeps qkv8 instead of the BF16 q, k, v (the backward reads them
+    # only from qkv8: docs/PERFORMANCE.md "Memory"); fp8_mixed reads the BF16 q and k.
+    from flamia import ops
+
+    lengths = [17, 300, 64]
+    q, k, v, dout, cu = make_pack(lengths, 8, 2, 128, seed=11)
+    qr, kr, vr = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    saved, out = _saved_by_attention(qr, kr, vr, cu, max(lengths), recipe)
+    ptrs = {t.data_ptr() for t in saved}
+    keeps = any(x.data_ptr() in ptrs for x in (qr, kr, vr))
+    assert keeps == (recipe == "fp8_mixed"), [tuple(t.shape) for t in saved]
+    if recipe == "fp8":  # O, LSE, qkv8, cu_seqlens and nothing else
+        assert sorted(str(t.dtype) for t in saved) == ["torch.bfloat16", "torch.float32", "torch.int32",
+                                                       "torch.uint8"], [(t.dtype, tuple(t.shape)) for t in saved]
+    dq, dk, dv = torch.autograd.grad(out, (qr, kr, vr), dout)
+    # The same gradients as the explicit call that is given q, k, v: the kernels never read them.
+    o2, lse2, qkv8 = ops.forward(q, k, v, cu, max(lengths), recipe=recipe)
+    assert torch.equal(o2, out)
+    ref = ops.backward(dout, q, k, v, o2, lse2, qkv8, cu, max(lengths), recipe=recipe)
+    for a, b in zip((dq, dk, dv), ref):
+        assert torch.equal(a, b)

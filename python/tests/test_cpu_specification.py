@@ -75,3 +75,18 @@ def test_transformers_packed_training_gradients():
     flat, attn = grad_errors(packed_grads(ours, ids, pos), per_document_grads(ref, docs))
     worst = max(attn, key=attn.get)
     assert flat < 0.12 and attn[worst] < 0.24, (flat, worst, attn[worst])
+
+
+def test_backward_without_qkv_needs_the_gpu_and_all_three():
+    # q, k, v may be dropped only by the fp8 backward on the GPU (flamia.ops.backward): the
+    # CPU specification quantizes them itself, and the library says which one it needs.
+    from flamia import ops
+
+    q, k, v, dout, cu = make_pack([40, 24], 4, 2, 64, seed=2, device="cpu")
+    out, lse, qkv8 = ops.forward(q, k, v, cu, 40)
+    with pytest.raises(FlamiaError, match="q: data pointer is null"):
+        ops.backward(dout, None, None, None, out, lse, qkv8, cu, 40, kv_heads=2)
+    with pytest.raises(FlamiaError, match="given together"):
+        ops.backward(dout, q, None, v, out, lse, qkv8, cu, 40)
+    with pytest.raises(FlamiaError, match="kv_heads"):
+        ops.backward(dout, None, None, None, out, lse, qkv8, cu, 40)

@@ -161,11 +161,11 @@ Status check_data(const Spec& s, const flamia_tensor& t) {
   return Status::success();
 }
 
-Status check_tensor(const Spec& s, const flamia_tensor& t, int32_t device) {
+Status check_tensor(const Spec& s, const flamia_tensor& t, int32_t device, bool data_optional = false) {
   FLAMIA_TRY(check_kind(s, t, device));
   FLAMIA_TRY(check_shape(s, t));
   FLAMIA_TRY(check_strides(s, t));
-  return check_data(s, t);
+  return data_optional && !t.data ? Status::success() : check_data(s, t);
 }
 
 // Sizes read off q: T fits cu_seqlens' int32, and T * H * D elements fit int64 bytes.
@@ -247,7 +247,7 @@ int64_t effective_stride(const flamia_tensor& t, int dim) {
   return dense;
 }
 
-Status validate_args(const flamia_attention_args* args, Problem* p) {
+Status validate_args(const flamia_attention_args* args, Problem* p, bool qkv_data_optional) {
   if (!args) return Status::invalid("args: null pointer");
   const flamia_attention_args& a = *args;
   const int32_t device = a.q.device;  // q decides; every other tensor must match it
@@ -256,14 +256,17 @@ Status validate_args(const flamia_attention_args* args, Problem* p) {
   FLAMIA_TRY(check_kind(q_kind, a.q, device));
   FLAMIA_TRY(check_q_sizes(a.q));
   const int64_t T = a.q.shape[0], hq = a.q.shape[1], D = a.q.shape[2];
-  FLAMIA_TRY(check_tensor({"q", FLAMIA_DTYPE_BF16, "[T, Hq, D]", 3, {T, hq, D}, Layout::kRows}, a.q, device));
+  FLAMIA_TRY(check_tensor({"q", FLAMIA_DTYPE_BF16, "[T, Hq, D]", 3, {T, hq, D}, Layout::kRows}, a.q, device,
+                          qkv_data_optional));
 
   const Spec k_kind{"k", FLAMIA_DTYPE_BF16, "[T, Hkv, D]", 3, {}, Layout::kRows};
   FLAMIA_TRY(check_kind(k_kind, a.k, device));
   const int64_t hkv = a.k.shape[1];
   FLAMIA_TRY(check_hkv(hq, hkv));
-  FLAMIA_TRY(check_tensor({"k", FLAMIA_DTYPE_BF16, "[T, Hkv, D]", 3, {T, hkv, D}, Layout::kRows}, a.k, device));
-  FLAMIA_TRY(check_tensor({"v", FLAMIA_DTYPE_BF16, "[T, Hkv, D]", 3, {T, hkv, D}, Layout::kRows}, a.v, device));
+  FLAMIA_TRY(check_tensor({"k", FLAMIA_DTYPE_BF16, "[T, Hkv, D]", 3, {T, hkv, D}, Layout::kRows}, a.k, device,
+                          qkv_data_optional));
+  FLAMIA_TRY(check_tensor({"v", FLAMIA_DTYPE_BF16, "[T, Hkv, D]", 3, {T, hkv, D}, Layout::kRows}, a.v, device,
+                          qkv_data_optional));
 
   FLAMIA_TRY(check_cu_seqlens(a.cu_seqlens, device));
   FLAMIA_TRY(check_scalars(a));

@@ -44,8 +44,10 @@ const char* dtype_name(flamia_dtype d);
 std::string device_name(int32_t device);
 
 // q, k, v, cu_seqlens (shape, dtype, layout, device; values too for host cu_seqlens) and
-// the scalar arguments. Fills *p.
-Status validate_args(const flamia_attention_args* args, Problem* p);
+// the scalar arguments. Fills *p. qkv_data_optional: q, k, v may come without data (shape,
+// dtype, device and strides still checked) — the device backward of recipe fp8, which reads
+// them only through the forward's qkv8 buffer.
+Status validate_args(const flamia_attention_args* args, Problem* p, bool qkv_data_optional = false);
 
 // Values of cu_seqlens (host memory): 0 = cu[0] <= ... <= cu[B] = T and every document no
 // longer than max_seqlen. The first fault in guard.h's order, as the device reports it.
