@@ -208,7 +208,7 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
     // A non-finite row keeps its NaN scale, which carries the NaN into every product the
     // token takes part in, but gets zero codes: NaN codes would also reach the rows that
     // merely mask this token out, through 0 * NaN inside an MMA.
-    const uint2 q = fmt::is_nan_f32(scale) ? make_uint2(0u, 0u) : quantize_bf16x8(x[it], __frcp_rn(scale));
+    const uint2 q = fmt::is_nan_f32(scale) ? make_uint2(0u, 0u) : quantize_bf16x8(x[it], fmt::pow2_reciprocal(scale));
     // Gather the group's scales (and dots) into lanes 0..15, for one coalesced store each:
     // src_lane holds row it * kRowsPerPass + lane % kRowsPerPass.
     const int src_lane = (lane % kRowsPerPass) * kLanesPerRow;

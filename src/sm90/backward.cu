@@ -102,16 +102,15 @@ __device__ __forceinline__ TokenOperand<kBf16> token_operand(const TileAcc& x) {
     pack_bf16_a(x, op.a);
     op.scale[0] = op.scale[1] = 1.0f;
   } else {
-    row_pow2_scales(x, op.scale);
-    const float inv[2] = {fmt::pow2_reciprocal(op.scale[0]), fmt::pow2_reciprocal(op.scale[1])};
-    pack_fp8_a(x, inv, op.a);
+    pack_fp8_a_row_scaled(x, op.scale, op.a);
   }
   return op;
 }
 
 // acc += scale[row] * (A · B): the tile product in a fresh accumulator (scale-d 0 on the
-// first step, the steps chained in ascending token order), then scaled and added in FP32 by
-// one fused multiply-add (the scale is a power of two, so the product is exact). B: a ColTile (FP8) or Bf16ColTile at shared address bt.
+// first step, the steps chained in ascending token order), then scaled and added in FP32: by
+// one fused multiply-add (kLast) or a multiply and an add, the same bits, as the scale is a
+// power of two and the product exact. B: a ColTile (FP8) or Bf16ColTile at shared address bt.
 template <int D, bool kBf16, bool kLast>
 __device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4], TokenOperand<kBf16>& op,
                                                          uint32_t bt) {

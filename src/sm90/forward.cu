@@ -76,12 +76,9 @@ __device__ __forceinline__ void forward_key_tile(uint32_t qtile, uint32_t stage,
       s[n][e] = hidden ? 0.0f : __fmul_rn(s[n][e], (e & 1) ? svj.y : svj.x);
     }
   }
-  float sigma[2], inv_sigma[2];
-  row_pow2_scales(s, sigma);
-  inv_sigma[0] = __frcp_rn(sigma[0]);
-  inv_sigma[1] = __frcp_rn(sigma[1]);
+  float sigma[2];
   uint32_t p8[2][4];
-  pack_fp8_a(s, inv_sigma, p8);
+  pack_fp8_a_row_scaled(s, sigma, p8);
   accumulate_fp8_k64<D>(acc, p8, stage + S::kVt, sigma, alpha);
 }
 

@@ -139,11 +139,7 @@ __device__ __forceinline__ void softmax_tile(TileAcc& s, const float* sk, const 
       s[n][e] = hidden ? 0.0f : __fmul_rn(s[n][e], (e & 1) ? svj.y : svj.x);
     }
   }
-  float inv_sigma[2];
-  row_pow2_scales(s, sigma);
-  inv_sigma[0] = __frcp_rn(sigma[0]);
-  inv_sigma[1] = __frcp_rn(sigma[1]);
-  pack_fp8_a(s, inv_sigma, p8);
+  pack_fp8_a_row_scaled(s, sigma, p8);
 }
 
 // Waits for the product issued by issue_tile_product and folds it into acc:

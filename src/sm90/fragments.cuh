@@ -113,6 +113,14 @@ __device__ __forceinline__ void pack_fp8_a(const TileAcc& x, const float (&inv_s
       }
 }
 
+// The FP8 A operand of a tile with per-row scales: scale = row_pow2_scales(x), fragments
+// q8(x, scale[row]) through the exact reciprocals.
+__device__ __forceinline__ void pack_fp8_a_row_scaled(const TileAcc& x, float (&scale)[2], uint32_t (&a)[2][4]) {
+  row_pow2_scales(x, scale);
+  const float inv[2] = {fmt::pow2_reciprocal(scale[0]), fmt::pow2_reciprocal(scale[1])};
+  pack_fp8_a(x, inv, a);
+}
+
 // BF16 A fragments of the four k16 steps of a 16 x 64 tile (accumulator order = k order).
 __device__ __forceinline__ void pack_bf16_a(const TileAcc& x, uint32_t (&a)[4][4]) {
 #pragma unroll

@@ -124,7 +124,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, cons
     }
     st.l[r] = __fadd_rn(__fmul_rn(st.l[r], out.alpha[r]), quad_sum(row_sum));
     out.sigma[r] = fmt::pow2_scale(quad_max_nan(row_xmax));
-    inv_sigma[r] = __frcp_rn(out.sigma[r]);
+    inv_sigma[r] = fmt::pow2_reciprocal(out.sigma[r]);
   }
   // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
   // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
