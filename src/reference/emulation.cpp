@@ -359,9 +359,11 @@ void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     sigma = sigma_t;
     m = m_new;
   }
+  // One division per row, then a multiply per element (ALGORITHM.md §2).
+  const float inv_l = 1.0f / l;
   for (int d = 0; d < D; ++d) {
-    // Option A: acc * sigma is exact (a power of two), so this equals acc / (l / sigma).
-    const float o = opt.fold == PvFold::Fresh ? acc[d] / l : (acc[d] * sigma) / l;
+    // Option A: acc * sigma is exact (a power of two).
+    const float o = opt.fold == PvFold::Fresh ? acc[d] * inv_l : (acc[d] * sigma) * inv_l;
     out_row[d] = fmt::f32_to_bf16_bits(o);
   }
   *lse_out = (mc + std::log2(l)) * kLn2;

@@ -282,20 +282,14 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
   issue_tile_product<D, kPromote>(fresh, p8, last_vt);
   finish_tile_product<D, kPromote>(acc, fresh, p8, last_vt, alpha, sigma);
 
-  // Epilogue: O = acc / l -> bf16, LSE = (mc + log2 l) * ln 2.
+  // Epilogue: O and LSE of the rows inside the document.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int i = i0 + 8 * r;
     if (i >= dt.len) continue;
     const int64_t tok = dt.tok0 + i;
-    uint16_t* o = a.out + (tok * a.hq + h) * D + 2 * q;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<uint32_t*>(o + 8 * n) =
-          ptx::pack_bf16x2(__fdiv_rn(acc[n][2 * r], softmax.l[r]), __fdiv_rn(acc[n][2 * r + 1], softmax.l[r]));
-    if (q == 0)
-      a.lse[h * a.total_tokens + tok] =
-          __fmul_rn(__fadd_rn(softmax.mc[r], log2f(softmax.l[r])), 0.693147180559945309f);
+    store_o_row<D>(a.out + (tok * a.hq + h) * D + 2 * q, a.lse + h * a.total_tokens + tok, acc, r, softmax.l[r],
+                   softmax.mc[r]);
   }
 }
 

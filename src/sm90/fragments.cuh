@@ -54,6 +54,21 @@ __device__ __forceinline__ void row_pow2_scales(const TileAcc& x, float (&scale)
   }
 }
 
+// ---- forward epilogue ----------------------------------------------------------------
+// Row r (0: g, 1: g + 8) of a D-wide forward accumulator as O = bf16(acc * (1 / l)) at o
+// (this lane's first column), and, on the quad's first lane, LSE = (mc + log2 l) * ln 2
+// (ALGORITHM.md §2): one division per row, not one per element.
+template <int D>
+__device__ __forceinline__ void store_o_row(uint16_t* o, float* lse, const float (&acc)[D / 8][4], int r, float l,
+                                            float mc) {
+  const float inv_l = __frcp_rn(l);
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+    *reinterpret_cast<uint32_t*>(o + 8 * n) =
+        ptx::pack_bf16x2(__fmul_rn(acc[n][2 * r], inv_l), __fmul_rn(acc[n][2 * r + 1], inv_l));
+  if ((lane_id() & 3) == 0) *lse = __fmul_rn(__fadd_rn(mc, log2f(l)), 0.693147180559945309f);
+}
+
 // ---- fragment loads (ldmatrix) ---------------------------------------------------------
 // A operand, 16 rows from row0 of a K-major FP8 tile, k32 step ks.
 template <int kStride>

@@ -124,18 +124,20 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     // A tile of a (corrupt) item with no key tile still hands Q's buffer back.
     if (item.num_key_tiles == 0 && lane == 0) mbar::arrive(q_empty);
 
-    // Epilogue: O = acc / l in bf16, LSE = (mc + log2 l) * ln 2; rows past the document are
-    // not stored.
+    // Epilogue: O = acc * (1 / l) in bf16 (one division per row, not per element: an IEEE
+    // division is a reciprocal, its refinement and a slow-path check), LSE = (mc + log2 l) *
+    // ln 2; rows past the document are not stored.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int i = i0 + 8 * r;
       if (i >= dt.len) continue;
       const int64_t tok = dt.tok0 + i;
       uint16_t* o = p.out + (tok * p.hq + item.h) * D + 2 * q;
+      const float inv_l = __frcp_rn(rows.l[r]);
 #pragma unroll
       for (int d = 0; d < D / 8; ++d)
         *reinterpret_cast<uint32_t*>(o + 8 * d) =
-            ptx::pack_bf16x2(__fdiv_rn(acc[d][2 * r], rows.l[r]), __fdiv_rn(acc[d][2 * r + 1], rows.l[r]));
+            ptx::pack_bf16x2(__fmul_rn(acc[d][2 * r], inv_l), __fmul_rn(acc[d][2 * r + 1], inv_l));
       if (q == 0)
         p.lse[int64_t(item.h) * p.total_tokens + tok] =
             __fmul_rn(__fadd_rn(rows.mc[r], log2f(rows.l[r])), 0.693147180559945309f);
