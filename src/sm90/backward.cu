@@ -22,16 +22,19 @@
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
 // Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the
 // products reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major
-// core matrices), zero past the document end. The other side streams through two stages,
-// one step ahead: its FP8 tiles by TMA, started by one thread (each stage's mbarrier counts
-// their bytes) — 64 token rows of D codes in a D-byte swizzle (B of the products reduced over
+// core matrices), zero past the document end. The other side streams through a ring of
+// kBwdStages stages, one step ahead: its FP8 tiles by TMA, started by one thread (each stage's
+// `full` mbarrier counts their bytes) — 64 token rows of D codes in a D-byte swizzle (B of the products reduced over
 // D) and D rows of 64 token positions of the quantizer's fragment-ordered transposed copies in
 // a 64-byte swizzle (B of those reduced over tokens) — and its per-token values (scales, LSE,
 // D) by cp.async, since a 64-value run of an [H][T] array need not start 16-byte aligned as a
 // TMA box must. fp8_mixed's BF16 operand (Q for dK, K for dQ) arrives as rows in one staging
-// tile (cp.async) and is transposed in shared memory before the step that uses it. After
-// cp.async lands (and after the BF16 transpose), each writing thread fences the async proxy
-// before the CTA barrier.
+// tile (cp.async) and is transposed in shared memory before the step that uses it.
+// No CTA barrier orders the steps (fp8): every thread's per-token copies arrive on the stage's
+// `full` mbarrier when they land, each warp arrives on its `empty` mbarrier when done with it,
+// and a stage is refilled only after every warp left it; so the two warpgroups drift up to
+// two steps apart and one's MMAs overlap the other's FP32 work. fp8_mixed's transposed BF16
+// tile is single-buffered and keeps two CTA barriers a step.
 // TMA tiles are not cleared past the document end: their rows or columns there hold the
 // next document's codes, the transposed copies' padding, or TMA's zeros past the tensor, and
 // every one is finite — the quantizer (quantize.cu, the same kernel for q/k/v and for dO)
@@ -201,6 +204,9 @@ constexpr int kDqThreads = kDqWarpgroups * kThreads;
 // At D = 64 the dQ CTA fits in 128 registers a thread: two CTAs (16 warps) per SM.
 template <int D>
 constexpr int kDqCtasPerSm = D == 64 ? 2 : 1;
+// The streamed side's ring: three stages loaded one step ahead, so a warpgroup can run up to
+// two steps ahead of the other before a refill waits for it.
+constexpr int kBwdStages = 3;
 static_assert(kDkdvWarpgroups * kTileTokens == tiles::kFwdBlockM &&
                   kDqWarpgroups * kTileTokens == tiles::kFwdBlockM,
               "the backward's CTAs walk the 128-token work list");
@@ -232,17 +238,42 @@ __device__ __forceinline__ uint8_t* swizzle_aligned(uint8_t* raw) {
   return static_cast<uint8_t*>(__cvta_shared_to_generic(at));
 }
 
-// The stages' mbarriers: one arrival a phase (the elected thread's expect_tx), so a phase
-// completes once that thread announced the step's bytes and TMA delivered them. The elected
-// thread initialises them before it starts the first loads; the first CTA barrier
-// (step_ready) publishes them to the other threads, which only wait on them after it.
+// The ring's mbarriers. A `full` phase completes once the elected thread announced the
+// step's TMA bytes, TMA delivered them, and every thread's per-token copies landed (each
+// thread arrives when its cp.async copies have: `threads` + 1 arrivals). An `empty` phase
+// completes once every warp has finished reading the stage. The CTA barrier after this
+// publishes them before any thread arrives.
 __device__ __forceinline__ bool elected_thread() { return threadIdx.x == 0; }
-__device__ __forceinline__ void init_stage_barriers(uint32_t full0) {
+__device__ __forceinline__ void init_stage_barriers(uint32_t full0, uint32_t empty0, int threads) {
   if (elected_thread()) {
-    mbar::init(full0, 1);
-    mbar::init(full0 + 8, 1);
+    for (int s = 0; s < kBwdStages; ++s) {
+      mbar::init(full0 + 8 * s, threads + 1);
+      mbar::init(empty0 + 8 * s, threads / 32);
+    }
     mbar::fence_init();
   }
+  __syncthreads();
+}
+
+// A position in the ring: the stage and the parity of its current use. The loader waits on
+// `empty` with the previous use's parity (phase ^ 1; a fresh barrier passes it at once), the
+// consumer on `full` with the current one.
+struct StageCursor {
+  int index = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++index == kBwdStages) {
+      index = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+// A warp is done with a stage: its last wgmma reading it has completed (wait<0> in the
+// products) and its lanes' loads of the per-token values were issued before.
+__device__ __forceinline__ void release_stage(uint32_t empty) {
+  __syncwarp();
+  if (lane_id() == 0) mbar::arrive(empty);
 }
 
 // =====================================================================================
@@ -258,23 +289,30 @@ struct Bf16Operand {
   static constexpr int kBytes = kMixed ? kCols + Bf16ColTile<D>::kBytes : 0;
 };
 
-// The step's pipeline point after its cp.async copies: every copy of the step landed
-// (this thread's: wait; everyone's: the barrier), its FP8 tiles are visible to wgmma, and
-// (fp8_mixed) its BF16 rows are transposed into the operand tile, whose staging tile is then
-// free for the next step's rows (load_next_rows, committed as its own cp.async group).
-// In a CTA of several warpgroups, one of them (`owner`) loads and transposes those rows.
-template <int D, bool kMixed, class LoadNextRows>
-__device__ __forceinline__ void step_ready(uint8_t* smem, int bf16_at, bool owner, LoadNextRows load_next_rows) {
-  wgmma::fence_proxy_async();  // the cp.async writes become visible to wgmma
+// fp8_mixed, before each step: the step's BF16 rows landed (the owner's cp.async; the
+// barrier also tells that every warp is done with the previous step's transposed tile), are
+// transposed into the operand tile and made visible to wgmma; the staging tile is then free
+// for the next step's rows (load_next_rows, committed as its own cp.async group). In a CTA of
+// several warpgroups, one of them (`owner`) loads and transposes those rows.
+template <int D, class LoadNextRows>
+__device__ __forceinline__ void transpose_step_operand(uint8_t* smem, int bf16_at, bool owner,
+                                                       LoadNextRows load_next_rows) {
+  using B = Bf16Operand<D, true>;
+  ptx::cp_async_wait<1>();  // all but the next step's per-token values (this thread's copies)
   __syncthreads();
-  if constexpr (kMixed) {
-    using B = Bf16Operand<D, kMixed>;
-    if (owner) transpose_bf16_rows<D>(smem + bf16_at + B::kCols, smem + bf16_at + B::kRows);
-    wgmma::fence_proxy_async();
-    __syncthreads();
-    if (owner) load_next_rows();
-    ptx::cp_async_commit();
-  }
+  if (owner) transpose_bf16_rows<D>(smem + bf16_at + B::kCols, smem + bf16_at + B::kRows);
+  wgmma::fence_proxy_async();
+  __syncthreads();
+  if (owner) load_next_rows();
+  ptx::cp_async_commit();
+}
+
+// After the prologue's cp.async copies of the CTA's own rows: they landed (each thread's),
+// are visible to wgmma (async proxy) and to every thread (the barrier).
+__device__ __forceinline__ void own_rows_ready() {
+  ptx::cp_async_wait<0>();
+  wgmma::fence_proxy_async();
+  __syncthreads();
 }
 
 // =====================================================================================
@@ -304,11 +342,13 @@ struct DkdvSmem {
   static constexpr int kLseT = kSdoT + kScalarTileBytes;
   static constexpr int kDvecT = kLseT + kScalarTileBytes;
   static constexpr int kStageBytes = align_up(kDvecT + kScalarTileBytes, kSwizzleAlign);
-  static constexpr int kFull = kStage0 + 2 * kStageBytes;  // the stages' mbarriers
-  static constexpr int kBytes = kFull + 2 * 8;
+  static constexpr int kFull = kStage0 + kBwdStages * kStageBytes;  // the ring's mbarriers
+  static constexpr int kEmpty = kFull + 8 * kBwdStages;
+  static constexpr int kBytes = kEmpty + 8 * kBwdStages;
   static constexpr int kAlloc = kBytes + kSwizzleAlign;
   static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
   static constexpr int full(int s) { return kFull + 8 * s; }
+  static constexpr int empty(int s) { return kEmpty + 8 * s; }
 };
 
 // One query tile for the 64 keys at `keys` (a warpgroup's DkdvSmem::keys), this warp's 16
@@ -397,7 +437,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   const DocMask mask{dt.len, a.causal};
   uint8_t* smem = swizzle_aligned(smem_raw);
   const uint32_t base = ptx::smem_addr(smem);
-  init_stage_barriers(base + S::full(0));
+  init_stage_barriers(base + S::full(0), base + S::empty(0), kDkdvThreads);
   const bool elected = elected_thread();  // starts the stages' TMA loads
   if (elected) {
     tma::prefetch_map(a.q8_rows);
@@ -427,9 +467,9 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   auto next_tile = [&](QueryTile t) {
     return ++t.m == num_query_tiles_doc ? QueryTile{t.h + 1, m_first} : t;
   };
-  // The elected thread: a step's FP8 tiles into its stage, by TMA.
-  auto load_query_tiles = [&](int step, QueryTile t) {
-    const uint32_t st = base + S::stage(step & 1), full = base + S::full(step & 1);
+  // The elected thread: a step's FP8 tiles into stage s, by TMA.
+  auto load_query_tiles = [&](int s, QueryTile t) {
+    const uint32_t st = base + S::stage(s), full = base + S::full(s);
     const int tok = int(dt.tok0) + t.m * kTileTokens, pos = int(dt.pstart) + t.m * kTileTokens;
     mbar::arrive_expect_tx(full, S::kTmaBytes);
     tma::load_3d(st + S::kQ, a.q8_rows, full, 0, t.h, tok);
@@ -441,9 +481,9 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   // LSE, D for t / 64 = 0..3, as laid out from kSqT on), by cp.async.
   const int value_i = int(threadIdx.x) & (kTileTokens - 1), value_kind = int(threadIdx.x) / kTileTokens;
   const float* const values = value_kind == 0 ? a.sq : value_kind == 1 ? a.sdo : value_kind == 2 ? a.lse : a.dvec;
-  auto load_query_values = [&](int step, QueryTile t) {
+  auto load_query_values = [&](int s, QueryTile t) {
     const int m0 = t.m * kTileTokens;
-    load_scalar(base + S::stage(step & 1) + S::kSqT + value_kind * kScalarTileBytes,
+    load_scalar(base + S::stage(s) + S::kSqT + value_kind * kScalarTileBytes,
                 values + (t.h * a.total_tokens + dt.tok0 + m0), dt.len - m0, value_i);
   };
   // fp8_mixed: the BF16 Q rows of a step, into the staging tile (warpgroup 1).
@@ -454,14 +494,23 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
                       a.q + (dt.tok0 + m0) * a.q_stride_t + t.h * a.q_stride_h, a.q_stride_t,
                       min(kTileTokens, dt.len - m0));
   };
+  // Every thread: a step into the next stage of the ring, once every warp has left it.
+  StageCursor load, use;
+  auto load_step = [&](QueryTile t) {
+    mbar::wait(base + S::empty(load.index), load.phase ^ 1);
+    if (elected) load_query_tiles(load.index, t);
+    load_query_values(load.index, t);
+    mbar::arrive_when_copies_land(base + S::full(load.index));
+    load.advance();
+  };
   QueryTile cur{hk * group, m_first};
-  if (elected) load_query_tiles(0, cur);
-  load_query_values(0, cur);
+  load_step(cur);
   ptx::cp_async_commit();
   if constexpr (kMixed) {
     if (wg == 1) load_q_rows(0, cur);
     ptx::cp_async_commit();
   }
+  own_rows_ready();
 
   const int j0 = kw0 + 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's keys: j0, j0 + 8
   float dk[D / 8][4], dv[D / 8][4];
@@ -472,26 +521,24 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
 
   for (int step = 0; step < steps; ++step) {
     const QueryTile next = next_tile(cur);
-    if (step + 1 < steps) {
-      if (elected) load_query_tiles(step + 1, next);
-      load_query_values(step + 1, next);
-    }
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<1>();  // all but the next step's values landed (this thread's copies)
+    if (step + 1 < steps) load_step(next);
     const int m = cur.m, m0 = m * kTileTokens;
-    step_ready<D, kMixed>(smem, S::kBf16, wg == 1, [&] { load_q_rows(step + 1, next); });
-    // The step's TMA tiles landed. Every thread waits, also in steps its warpgroup skips: a
-    // parity wait only tells consecutive phases apart, and the elected thread re-arms this
-    // barrier (two steps on) only after the end-of-step barrier that follows these waits.
-    mbar::wait(base + S::full(step & 1), (step >> 1) & 1);
+    if constexpr (kMixed) {
+      ptx::cp_async_commit();
+      transpose_step_operand<D>(smem, S::kBf16, wg == 1, [&] { load_q_rows(step + 1, next); });
+    }
+    // The step's tiles and values landed. Every thread waits, also in steps its warpgroup
+    // skips: a parity wait only tells consecutive phases apart.
+    mbar::wait(base + S::full(use.index), use.phase);
     // Causal: query tile m sees this warpgroup's keys only from m = nw on.
     if (valid_k > 0 && (!a.causal || m >= nw)) {
       if (mask_needed_for_key_rows(mask, m, nw, kTileTokens))
-        dkdv_query_tile<D, kMixed, true>(smem, S::keys(wg), step & 1, mask, j0, m0, a.c, dk, dv);
+        dkdv_query_tile<D, kMixed, true>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv);
       else
-        dkdv_query_tile<D, kMixed, false>(smem, S::keys(wg), step & 1, mask, j0, m0, a.c, dk, dv);
+        dkdv_query_tile<D, kMixed, false>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv);
     }
-    __syncthreads();  // the stage is refilled by the next step's prefetch (TMA and cp.async)
+    release_stage(base + S::empty(use.index));
+    use.advance();
     cur = next;
   }
 
@@ -528,11 +575,13 @@ struct DqSmem {
   static constexpr int kSk = kTmaBytes;
   static constexpr int kSv = kSk + kScalarTileBytes;
   static constexpr int kStageBytes = align_up(kSv + kScalarTileBytes, kSwizzleAlign);
-  static constexpr int kFull = kStage0 + 2 * kStageBytes;  // the stages' mbarriers
-  static constexpr int kBytes = kFull + 2 * 8;
+  static constexpr int kFull = kStage0 + kBwdStages * kStageBytes;  // the ring's mbarriers
+  static constexpr int kEmpty = kFull + 8 * kBwdStages;
+  static constexpr int kBytes = kEmpty + 8 * kBwdStages;
   static constexpr int kAlloc = kBytes + kSwizzleAlign;
   static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
   static constexpr int full(int s) { return kFull + 8 * s; }
+  static constexpr int empty(int s) { return kEmpty + 8 * s; }
 };
 
 // One key tile for the 64 queries at `queries` (a warpgroup's DqSmem::queries), this warp's
@@ -598,7 +647,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   const DocMask mask{dt.len, a.causal};
   uint8_t* smem = swizzle_aligned(smem_raw);
   const uint32_t base = ptx::smem_addr(smem);
-  init_stage_barriers(base + S::full(0));
+  init_stage_barriers(base + S::full(0), base + S::empty(0), kDqThreads);
   const bool elected = elected_thread();  // starts the stages' TMA loads
   if (elected) {
     tma::prefetch_map(a.k8_rows);
@@ -624,9 +673,9 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   }
   ptx::cp_async_commit();
 
-  // The elected thread: a key tile's FP8 tiles into its stage, by TMA.
-  auto load_key_tiles = [&](int n) {
-    const uint32_t st = base + S::stage(n & 1), full = base + S::full(n & 1);
+  // The elected thread: key tile n's FP8 tiles into stage s, by TMA.
+  auto load_key_tiles = [&](int s, int n) {
+    const uint32_t st = base + S::stage(s), full = base + S::full(s);
     const int tok = int(dt.tok0) + n * kTileTokens, pos = int(dt.pstart) + n * kTileTokens;
     mbar::arrive_expect_tx(full, S::kTmaBytes);
     tma::load_3d(st + S::kK, a.k8_rows, full, 0, hk, tok);
@@ -637,10 +686,10 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   // t / 64 = 0, 1, as laid out from kSk on), by cp.async.
   const int value_i = int(threadIdx.x) & (kTileTokens - 1), value_kind = int(threadIdx.x) / kTileTokens;
   const float* const values = (value_kind == 0 ? a.sk : a.sv) + hk * a.total_tokens + dt.tok0;
-  auto load_key_values = [&](int n) {
+  auto load_key_values = [&](int s, int n) {
     const int n0 = n * kTileTokens;
     if (value_kind < 2)
-      load_scalar(base + S::stage(n & 1) + S::kSk + value_kind * kScalarTileBytes, values + n0, dt.len - n0, value_i);
+      load_scalar(base + S::stage(s) + S::kSk + value_kind * kScalarTileBytes, values + n0, dt.len - n0, value_i);
   };
   // fp8_mixed: the BF16 K rows of a key tile, into the staging tile (warpgroup 1).
   auto load_k_rows = [&](int n) {
@@ -650,13 +699,22 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
                       a.k + (dt.tok0 + n0) * a.k_stride_t + hk * a.k_stride_h, a.k_stride_t,
                       min(kTileTokens, dt.len - n0));
   };
-  if (elected) load_key_tiles(0);
-  load_key_values(0);
+  // Every thread: key tile n into the next stage of the ring, once every warp has left it.
+  StageCursor load, use;
+  auto load_step = [&](int n) {
+    mbar::wait(base + S::empty(load.index), load.phase ^ 1);
+    if (elected) load_key_tiles(load.index, n);
+    load_key_values(load.index, n);
+    mbar::arrive_when_copies_land(base + S::full(load.index));
+    load.advance();
+  };
+  load_step(0);
   ptx::cp_async_commit();
   if constexpr (kMixed) {
     if (wg == 1) load_k_rows(0);
     ptx::cp_async_commit();
   }
+  own_rows_ready();
 
   const int i0 = m0 + 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's queries: i0, i0 + 8
   float dq[D / 8][4];
@@ -666,23 +724,22 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
     for (int e = 0; e < 4; ++e) dq[c][e] = 0.0f;
 
   for (int n = 0; n < num_key_tiles; ++n) {
-    if (n + 1 < num_key_tiles) {
-      if (elected) load_key_tiles(n + 1);
-      load_key_values(n + 1);
-    }
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<1>();  // all but the next key tile's scales landed (this thread's copies)
+    if (n + 1 < num_key_tiles) load_step(n + 1);
     const int n0 = n * kTileTokens;
-    step_ready<D, kMixed>(smem, S::kBf16, wg == 1, [&] { load_k_rows(n + 1); });
-    mbar::wait(base + S::full(n & 1), (n >> 1) & 1);  // its TMA tiles landed (as in dkdv_kernel)
+    if constexpr (kMixed) {
+      ptx::cp_async_commit();
+      transpose_step_operand<D>(smem, S::kBf16, wg == 1, [&] { load_k_rows(n + 1); });
+    }
+    mbar::wait(base + S::full(use.index), use.phase);  // as in dkdv_kernel
     // Causal: this warpgroup's queries see key tiles up to their own diagonal mw.
     if (valid_q > 0 && (!a.causal || n <= mw)) {
       if (mask_needed_for_query_rows(mask, mw, n, kTileTokens))
-        dq_key_tile<D, kMixed, true>(smem, S::queries(wg), n & 1, mask, i0, n0, a.c, dq);
+        dq_key_tile<D, kMixed, true>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, dq);
       else
-        dq_key_tile<D, kMixed, false>(smem, S::queries(wg), n & 1, mask, i0, n0, a.c, dq);
+        dq_key_tile<D, kMixed, false>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, dq);
     }
-    __syncthreads();
+    release_stage(base + S::empty(use.index));
+    use.advance();
   }
 
   store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
