@@ -158,7 +158,7 @@ class FlamiaImpl(AutogradImpl):
         self.q = inp.q.detach().requires_grad_()
         self.k = inp.k.detach().requires_grad_()
         self.v = inp.v.detach().requires_grad_()
-        self._lib, self._ops = _lib.get(), ops
+        self._lib, self._libmod, self._ops = _lib.get(), _lib, ops
         self._qkv8 = None  # the quantization-only timing's buffer, made on first use (not a step's cost)
         self._torch = torch
 
@@ -170,7 +170,7 @@ class FlamiaImpl(AutogradImpl):
         w = self.inp.w
         if self._qkv8 is None:
             n = self._lib.qkv8_bytes(w.total_tokens, len(w.lengths), w.hq, w.hkv, w.head_dim,
-                                     self._lib.recipe_id(self.recipe), True)
+                                     self._libmod.recipe_id(self.recipe), True)
             self._qkv8 = self._torch.empty((n,), dtype=self._torch.uint8, device="cuda")
         args = self._ops._make_args(self.q, self.k, self.v, self.inp.cu, w.max_seqlen, w.causal, 0.0,
                                     self.recipe)
