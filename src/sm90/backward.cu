@@ -31,8 +31,8 @@
 // TMA box must. fp8_mixed's BF16 operand (Q for dK, K for dQ) arrives as rows in one staging
 // tile (cp.async) and is transposed in shared memory before the step that uses it.
 // No CTA barrier orders the steps (fp8): every thread's per-token copies arrive on the stage's
-// `full` mbarrier when they land, each warp arrives on its `empty` mbarrier when done with it,
-// and a stage is refilled only after every warp left it; so the two warpgroups drift up to
+// `full` mbarrier when they land, each thread arrives on its `empty` mbarrier when done with
+// it, and a stage is refilled only after every thread left it; so the two warpgroups drift up to
 // two steps apart and one's MMAs overlap the other's FP32 work. fp8_mixed's transposed BF16
 // tile is single-buffered and keeps two CTA barriers a step.
 // TMA tiles are not cleared past the document end: their rows or columns there hold the
@@ -241,14 +241,16 @@ __device__ __forceinline__ uint8_t* swizzle_aligned(uint8_t* raw) {
 // The ring's mbarriers. A `full` phase completes once the elected thread announced the
 // step's TMA bytes, TMA delivered them, and every thread's per-token copies landed (each
 // thread arrives when its cp.async copies have: `threads` + 1 arrivals). An `empty` phase
-// completes once every warp has finished reading the stage. The CTA barrier after this
+// completes once every thread has finished reading the stage (each thread arrives for its
+// own reads: the release orders exactly them before the refill, with no warp-level step
+// that the sanitizer's race model would have to take on trust). The CTA barrier after this
 // publishes them before any thread arrives.
 __device__ __forceinline__ bool elected_thread() { return threadIdx.x == 0; }
 __device__ __forceinline__ void init_stage_barriers(uint32_t full0, uint32_t empty0, int threads) {
   if (elected_thread()) {
     for (int s = 0; s < kBwdStages; ++s) {
       mbar::init(full0 + 8 * s, threads + 1);
-      mbar::init(empty0 + 8 * s, threads / 32);
+      mbar::init(empty0 + 8 * s, threads);
     }
     mbar::fence_init();
   }
@@ -269,12 +271,9 @@ struct StageCursor {
   }
 };
 
-// A warp is done with a stage: its last wgmma reading it has completed (wait<0> in the
-// products) and its lanes' loads of the per-token values were issued before.
-__device__ __forceinline__ void release_stage(uint32_t empty) {
-  __syncwarp();
-  if (lane_id() == 0) mbar::arrive(empty);
-}
+// This thread is done with a stage: its warpgroup's last wgmma reading it has completed
+// (wait<0> in the products) and its own loads of the per-token values have returned.
+__device__ __forceinline__ void release_stage(uint32_t empty) { mbar::arrive(empty); }
 
 // =====================================================================================
 // fp8_mixed's BF16 operand: one staging tile of rows, transposed before use
@@ -494,7 +493,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
                       a.q + (dt.tok0 + m0) * a.q_stride_t + t.h * a.q_stride_h, a.q_stride_t,
                       min(kTileTokens, dt.len - m0));
   };
-  // Every thread: a step into the next stage of the ring, once every warp has left it.
+  // Every thread: a step into the next stage of the ring, once every thread has left it.
   StageCursor load, use;
   auto load_step = [&](QueryTile t) {
     mbar::wait(base + S::empty(load.index), load.phase ^ 1);
@@ -699,7 +698,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
                       a.k + (dt.tok0 + n0) * a.k_stride_t + hk * a.k_stride_h, a.k_stride_t,
                       min(kTileTokens, dt.len - n0));
   };
-  // Every thread: key tile n into the next stage of the ring, once every warp has left it.
+  // Every thread: key tile n into the next stage of the ring, once every thread has left it.
   StageCursor load, use;
   auto load_step = [&](int n) {
     mbar::wait(base + S::empty(load.index), load.phase ^ 1);
