@@ -342,6 +342,17 @@ def band(series: list[list[float]], kind: str) -> tuple[list[float], list[float]
     return mean, lo, hi
 
 
+def finished_runs(runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]]
+                  ) -> dict[str, dict[int, dict[str, list[dict[str, Any]]]]]:
+    """The finished runs of each recipe (the curves show what the tables count)."""
+    out = {}
+    for recipe, by_seed in runs.items():
+        done = {s: l for s, l in by_seed.items() if finished(l) and l["eval"]}
+        if done:
+            out[recipe] = done
+    return out
+
+
 def plot_seeds(runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]], title: str, kind: str,
                path: Path) -> None:
     import matplotlib
@@ -351,11 +362,12 @@ def plot_seeds(runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]], titl
     colors = {"bf16": "black", "fp8": "tab:red", "fp8_mixed": "tab:blue",
               "per_token_fp8": "tab:green", "per_tensor_fp8": "tab:purple"}
     fig, (a_ev, a_gap, a_lg) = plt.subplots(1, 3, figsize=(18, 5))
+    runs = finished_runs(runs)
     base = {s: {r["step"]: r["val_loss"] for r in l["eval"]} for s, l in runs.get("bf16", {}).items()}
     for recipe, by_seed in runs.items():
         c = colors.get(recipe)
         logs = list(by_seed.values())
-        n = min(len(l["eval"]) for l in logs)  # common prefix of evaluations (unfinished runs are shorter)
+        n = min(len(l["eval"]) for l in logs)  # common prefix of evaluations
         if n:
             x = [r["tokens"] / 1e6 for r in logs[0]["eval"][:n]]
             m, lo, hi = band([[r["val_loss"] for r in l["eval"][:n]] for l in logs], kind)

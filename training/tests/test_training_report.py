@@ -90,3 +90,18 @@ def test_average_of_last_evaluations(tmp_path):
     text = run_report(tmp_path, "--avg-last", "2")
     assert "| bf16 | 1 | 2.2500 ± – |" in text  # (2.5 + 2.0) / 2
     assert "Evaluations averaged, steps: 1, 2." in text
+
+
+def test_curves_show_only_the_runs_the_tables_count(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        write_run(runs, "bf16", seed, 2.0)
+    write_run(runs, "fp8", 1, 2.0)
+    write_run(runs, "fp8", 2, 2.2, truncated=True)
+    write_run(runs, "per_token_fp8", 1, 2.2, truncated=True)
+    logs = {recipe: {seed: report.read_log(runs / "alt-hd64" / f"{recipe}-seed{seed}" / "log.jsonl")
+                     for seed in seeds}
+            for recipe, seeds in (("bf16", (1, 2)), ("fp8", (1, 2)), ("per_token_fp8", (1,)))}
+    shown = report.finished_runs(logs)
+    assert sorted(shown) == ["bf16", "fp8"]
+    assert sorted(shown["bf16"]) == [1, 2] and sorted(shown["fp8"]) == [1]
