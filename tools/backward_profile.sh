@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Where the backward's time goes: Nsight Compute on one launch of each backward kernel
-# (dK/dV, dQ) at fixed-16k, fp8 — throughput, occupancy, issue and stall reasons, and the
-# executed instructions per score (fixed-16k computes 2 docs x 16 heads x 8,256 tiles of
-# 128 x 128 = 4.33e9 scores per matmul, masked diagonal tiles included).
+# Where the time goes: Nsight Compute on one launch of each backward kernel (dK/dV, dQ) and
+# of the fast forward at fixed-16k, fp8 — throughput, occupancy, issue and stall reasons,
+# and the executed instructions per score (fixed-16k computes 2 docs x 16 heads x 8,256
+# tiles of 128 x 128 = 4.33e9 scores per matmul, masked diagonal tiles included; the same
+# count serves the forward).
 #   bash tools/backward_profile.sh          (OUT: log folder, default ./out; BUILD_DIR: build-gpu)
+# KERNELS (default "dkdv_kernel dq_kernel forward_fast_kernel") picks the kernels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -15,7 +17,7 @@ command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G 
   cmake --build "$BUILD" -j"$(nproc)" --target flamia_bench; } >"$OUT/build.log" 2>&1 ||
   { tail -30 "$OUT/build.log"; exit 1; }
 command -v ncu >/dev/null 2>&1 || { echo "backward_profile: ncu not found"; exit 2; }
-for k in dkdv_kernel dq_kernel; do
+for k in ${KERNELS:-dkdv_kernel dq_kernel forward_fast_kernel}; do
   echo "==== ncu: $k, fixed-16k fp8"
   timeout 240 ncu --clock-control none -k "regex:$k" -c 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
