@@ -8,7 +8,8 @@
 # Environment: OUT (logs, default ./out), WORKLOADS (default fixed-16k,pack-32k,llama1b-pack),
 # SUITE_FILTER (gtest filter, default all), ITERS (default 10), FUZZ_CASES (default 0: none),
 # PYTEST=1 (python/tests with the tree's library; needs torch), PROFILE=1
-# (tools/backward_profile.sh of the tree).
+# (tools/backward_profile.sh of the tree), BENCH_ENV (VAR=value pairs for the benchmark and
+# the profile only, e.g. BENCH_ENV=FLAMIA_BWD_DQ=fused: the suite runs without them).
 # A device call returns few files, so at the end every log goes into $OUT/ab_logs.tar.gz and
 # $OUT keeps that, the benchmark JSONs and ab_summary.txt (what was printed).
 set -uo pipefail
@@ -39,7 +40,7 @@ for dir in "$@"; do
       echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/$name.$tool.log" | tail -1)"
     done
   fi
-  timeout 200 "$build/flamia_bench" --workloads "${WORKLOADS:-fixed-16k,pack-32k,llama1b-pack}" --iters "${ITERS:-10}" \
+  timeout 200 env ${BENCH_ENV:-} "$build/flamia_bench" --workloads "${WORKLOADS:-fixed-16k,pack-32k,llama1b-pack}" --iters "${ITERS:-10}" \
     --json "$OUT/$name.bench.json" 2>&1 | sed -n '/^workload /,/^$/p'
   if [ "${FUZZ_CASES:-0}" -gt 0 ]; then
     BUILD_DIR="$build" OUT="$LOGS/$name-fuzz" SANITIZER_CASES=4 timeout 150 \
@@ -52,7 +53,7 @@ for dir in "$@"; do
     grep -E '^FAILED' "$LOGS/$name.pytest.log" | head -10
   fi
   if [ "${PROFILE:-0}" = 1 ]; then
-    BUILD_DIR="$build" OUT="$LOGS/$name-prof" timeout 200 bash "$dir/tools/backward_profile.sh" 2>&1 |
+    BUILD_DIR="$build" OUT="$LOGS/$name-prof" timeout 200 env ${BENCH_ENV:-} bash "$dir/tools/backward_profile.sh" 2>&1 |
       grep -E '^==== ncu|Duration|Issued Warp Per Scheduler  |per score|Stall (Long|Wait|Barrier)'
   fi
 done
