@@ -224,6 +224,11 @@ def finished(log: dict[str, list[dict[str, Any]]]) -> bool:
     return bool(log["end"]) and not log["end"][-1].get("truncated", False)
 
 
+def counted(log: dict[str, list[dict[str, Any]]]) -> bool:
+    """A run the statistics and curves use: finished, with held-out evaluations."""
+    return finished(log) and bool(log["eval"])
+
+
 def final_loss(log: dict[str, list[dict[str, Any]]], avg_last: int) -> tuple[float, tuple[int, ...]]:
     """Mean held-out loss of the last avg_last evaluations, and the steps they were taken at."""
     ev = log["eval"][-avg_last:]
@@ -243,7 +248,7 @@ def seed_rows(runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]], avg_l
     rows = []
     for recipe in order:
         by_seed = runs[recipe]
-        done = {s: l for s, l in sorted(by_seed.items()) if finished(l) and l["eval"]}
+        done = {s: l for s, l in sorted(by_seed.items()) if counted(l)}
         for s in sorted(set(by_seed) - set(done)):
             notes.append(f"{recipe} seed {s}: unfinished, left out")
         losses = {s: final_loss(l, avg_last) for s, l in done.items()}
@@ -254,7 +259,7 @@ def seed_rows(runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]], avg_l
         if recipe != "bf16":
             for s, (v, steps) in losses.items():
                 b = base.get(s)
-                if b is None or not finished(b) or not b["eval"]:
+                if b is None or not counted(b):
                     notes.append(f"{recipe} seed {s}: no finished bf16 run with this seed, not paired")
                     continue
                 bc, rc = b["config"][0], done[s]["config"][0]
@@ -347,7 +352,7 @@ def finished_runs(runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]]
     """The finished runs of each recipe (the curves show what the tables count)."""
     out = {}
     for recipe, by_seed in runs.items():
-        done = {s: l for s, l in by_seed.items() if finished(l) and l["eval"]}
+        done = {s: l for s, l in by_seed.items() if counted(l)}
         if done:
             out[recipe] = done
     return out
