@@ -77,6 +77,15 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def model_config(size: str, recipe: str, max_doc_len: int, head_dim: Optional[int]) -> M.ModelConfig:
+    """The model of a size with a recipe's attention; head_dim overrides keep d_model."""
+    cfg = replace(MODEL_SIZES[size], attention=recipe, max_seq_len=max_doc_len)
+    if head_dim is not None:  # keep d_model = heads x head_dim
+        cfg = replace(cfg, head_dim=head_dim, n_heads=cfg.d_model // head_dim,
+                      n_kv_heads=max(1, cfg.d_model // head_dim // (cfg.n_heads // cfg.n_kv_heads)))
+    return cfg
+
+
 def to_device(p: Pack, device: torch.device) -> M.PackedBatch:
     nb = device.type == "cuda"
     return M.PackedBatch(
@@ -233,10 +242,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     val = PackedCorpus(args.data_dir, "val", args.pack_tokens, args.max_doc_len, args.seed, shuffle=False)
     total_steps = max(1, math.ceil(args.tokens / args.pack_tokens))
 
-    cfg = replace(MODEL_SIZES[args.model_size], attention=args.recipe, max_seq_len=args.max_doc_len)
-    if args.head_dim is not None:  # keep d_model = heads x head_dim
-        cfg = replace(cfg, head_dim=args.head_dim, n_heads=cfg.d_model // args.head_dim,
-                      n_kv_heads=max(1, cfg.d_model // args.head_dim // (cfg.n_heads // cfg.n_kv_heads)))
+    cfg = model_config(args.model_size, args.recipe, args.max_doc_len, args.head_dim)
     torch.manual_seed(args.seed)  # identical initial weights for every recipe
     model = M.Model(cfg).to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]

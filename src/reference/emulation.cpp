@@ -39,6 +39,9 @@ void validate(const EmulationConfig& cfg) {
   if (o.p_headroom_log2 < 0 || o.p_headroom_log2 > 8)
     throw std::invalid_argument("EmulationConfig::fwd.p_headroom_log2: must be in [0, 8], got " +
                                 std::to_string(o.p_headroom_log2));
+  if (o.p_ref == PRef::Tile && !(o.fold == PvFold::Fresh && o.p_scale == PScale::TileMax))
+    throw std::invalid_argument(
+        "EmulationConfig::fwd.p_ref: PRef::Tile needs fold = PvFold::Fresh and p_scale = PScale::TileMax");
   if (o.fold == PvFold::Chained && !(o.p_scale == PScale::RunningMax || o.p_scale == PScale::RunningKeys))
     throw std::invalid_argument(
         "EmulationConfig::fwd.p_scale: PvFold::Chained needs PScale::RunningMax or PScale::RunningKeys "
@@ -271,23 +274,29 @@ float p_scale(const ForwardOptions& o, const float* x, const float* sv, int w, f
   return std::ldexp(fmt::pow2_scale(a), o.p_headroom_log2);  // exact: a power of two
 }
 
-// One query row i of document [base, base + L), head h: docs/ALGORITHM.md §2 (and §7).
-void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, int i,
-                 const std::vector<float>& kt, float* s_buf, float* p_buf, float* sv_buf, float* acc,
-                 float* tile, uint16_t* out_row, float* lse_out) {
+// A row's state between key tiles (§2): running maximum m, mc = m * c of the last tile, the
+// denominator l, the accumulator acc[D] (in sigma's units with the chained fold), the last
+// tile's sigma and the running P-scale bound.
+struct RowState {
+  float m = -kInf, l = 0.0f, mc = 0.0f, sigma = 1.0f, bound = 0.0f;
+};
+
+// Query row i of document [base, base + L), head h: the key tiles [n_begin, n_end) of the
+// row's visible keys folded into st and acc (docs/ALGORITHM.md §2, §7).
+void visit_tiles(const ForwardContext& cx, int64_t base, int L, int h, int kvh, int i, const std::vector<float>& kt,
+                 int n_begin, int n_end, float* s_buf, float* p_buf, float* sv_buf, float* acc, float* tile,
+                 RowState& st) {
   const int D = cx.p->head_dim, BN = cx.cfg->tiling.fwd_block_n;
   const ForwardOptions& opt = cx.cfg->fwd;
   const bool fp8 = cx.cfg->scheme != Scheme::Bf16;
+  const bool tile_local = opt.p_ref == PRef::Tile;
   const tc::StepRule& rule = wgmma_rule(cx.cfg->scheme);
   const float c = cx.c;
   const float* qi = cx.q->row(base + i, h);
   const float sq = cx.q->s(base + i, h);
-  float m = -kInf, l = 0.0f, mc = 0.0f;
-  float sigma = 1.0f, bound = 0.0f;  // the previous tile's sigma; the running P-scale bound
-  for (int d = 0; d < D; ++d) acc[d] = 0.0f;
-  const int jend = key_end(i, L, cx.p->causal);
-  for (int n0 = 0; n0 < jend; n0 += BN) {
-    const int n1 = std::min(n0 + BN, jend), w = n1 - n0;
+  float m = st.m, l = st.l, mc = st.mc, sigma = st.sigma, bound = st.bound;
+  for (int n0 = n_begin; n0 < n_end; n0 += BN) {
+    const int n1 = std::min(n0 + BN, n_end), w = n1 - n0;
     // 1. logits of the visible keys (masked keys are simply not in [n0, n1)).
     raw_scores(*cx.cfg, qi, kt.data(), *cx.k, base, kvh, L, D, n0, n1, s_buf);
     for (int j = 0; j < w; ++j) s_buf[j] = (s_buf[j] * sq) * cx.k->s(base + n0 + j, kvh);
@@ -296,13 +305,16 @@ void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     for (int j = 0; j < w; ++j) tile_max = max_nan(tile_max, s_buf[j]);
     const float m_new = max_nan(m, tile_max);
     mc = m_new * c;
-    // 3. probabilities and the rescale factor.
-    for (int j = 0; j < w; ++j) p_buf[j] = std::exp2(std::fmaf(s_buf[j], c, -mc));
+    // 3. probabilities and the rescale factor. Tile-local P (§7): against the tile's own
+    // maximum, the tile entering the row's state through beta = exp2(m_t c - mc).
+    const float pc = tile_local ? tile_max * c : mc;
+    for (int j = 0; j < w; ++j) p_buf[j] = std::exp2(std::fmaf(s_buf[j], c, -pc));
     const float alpha = (m == -kInf) ? 0.0f : std::exp2(std::fmaf(m, c, -mc));
+    const float beta = tile_local ? std::exp2(std::fmaf(tile_max, c, -mc)) : 1.0f;
     // 4. denominator from the unquantized p.
     float rowsum = 0.0f;
     for (int j = 0; j < w; ++j) rowsum += p_buf[j];
-    l = l * alpha + rowsum;
+    l = tile_local ? l * alpha + beta * rowsum : l * alpha + rowsum;
     // 5. fold V's scale into P, round P for the PV matmul.
     for (int j = 0; j < w; ++j) {
       sv_buf[j] = cx.v->s(base + n0 + j, kvh);
@@ -322,7 +334,7 @@ void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     // unchanged).
     const float* v0 = cx.v->row(base + n0, kvh);
     const int v_stride = cx.v->heads * D;
-    const bool first = n0 == 0;
+    const bool first = n0 == n_begin;
     if (opt.fold == PvFold::Fresh) {
       // In a fresh accumulator, then scaled and added in FP32.
       if (cx.cfg->arith.pv == Accumulation::Fp32) {
@@ -335,7 +347,8 @@ void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
       } else {
         for (int d = 0; d < D; ++d) tile[d] = tc::mma_dot(rule, p_buf, v0 + d, w, v_stride);
       }
-      for (int d = 0; d < D; ++d) acc[d] = acc[d] * alpha + sigma_t * tile[d];
+      const float tile_scale = tile_local ? beta * sigma_t : sigma_t;  // beta * sigma: exact (a power of two)
+      for (int d = 0; d < D; ++d) acc[d] = acc[d] * alpha + tile_scale * tile[d];
     } else {
       // Option A: acc holds O's numerator in units of sigma; it moves to this tile's units
       // (alpha * sigma / sigma_t is exact when alpha * sigma is normal) and the products are
@@ -359,14 +372,60 @@ void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     sigma = sigma_t;
     m = m_new;
   }
-  // One division per row, then a multiply per element (ALGORITHM.md §2).
-  const float inv_l = 1.0f / l;
+  st = RowState{m, l, mc, sigma, bound};
+}
+
+// O and LSE of a row from its final state (ALGORITHM.md §2): one division per row, then a
+// multiply per element.
+void finish_row(const ForwardContext& cx, const RowState& st, const float* acc, uint16_t* out_row, float* lse_out) {
+  const int D = cx.p->head_dim;
+  const float inv_l = 1.0f / st.l;
   for (int d = 0; d < D; ++d) {
     // Option A: acc * sigma is exact (a power of two).
-    const float o = opt.fold == PvFold::Fresh ? acc[d] * inv_l : (acc[d] * sigma) * inv_l;
+    const float o = cx.cfg->fwd.fold == PvFold::Fresh ? acc[d] * inv_l : (acc[d] * st.sigma) * inv_l;
     out_row[d] = fmt::f32_to_bf16_bits(o);
   }
-  *lse_out = (mc + std::log2(l)) * kLn2;
+  *lse_out = (st.mc + std::log2(st.l)) * kLn2;
+}
+
+// One query row i of document [base, base + L), head h: docs/ALGORITHM.md §2 (and §7).
+void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, int i,
+                 const std::vector<float>& kt, float* s_buf, float* p_buf, float* sv_buf, float* acc,
+                 float* tile, uint16_t* out_row, float* lse_out) {
+  for (int d = 0; d < cx.p->head_dim; ++d) acc[d] = 0.0f;
+  RowState st;
+  visit_tiles(cx, base, L, h, kvh, i, kt, 0, key_end(i, L, cx.p->causal), s_buf, p_buf, sv_buf, acc, tile, st);
+  finish_row(cx, st, acc, out_row, lse_out);
+}
+
+// The same row with its visible keys cut into chunks of `chunk` keys from the document start,
+// each chunk's state computed from nothing (as a context-parallel rank computes the keys it
+// holds) and the states merged in FP32, last chunk first (the order a ring may deliver them):
+// m = max(m_a, m_b), each side scaled by exp2(fmaf(m_x, c, -m c)). Fresh fold only.
+void forward_row_chunked(const ForwardContext& cx, int64_t base, int L, int h, int kvh, int i, int chunk,
+                         const std::vector<float>& kt, float* s_buf, float* p_buf, float* sv_buf, float* acc,
+                         float* tile, std::vector<float>& part, uint16_t* out_row, float* lse_out) {
+  const int D = cx.p->head_dim;
+  const float c = cx.c;
+  const int jend = key_end(i, L, cx.p->causal);
+  RowState merged;
+  for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+  for (int start = (jend - 1) / chunk * chunk; start >= 0; start -= chunk) {
+    RowState st;
+    for (int d = 0; d < D; ++d) part[d] = 0.0f;
+    visit_tiles(cx, base, L, h, kvh, i, kt, start, std::min(start + chunk, jend), s_buf, p_buf, sv_buf, part.data(),
+                tile, st);
+    if (merged.m == -kInf) {  // the first chunk merged: its state as it is
+      merged = st;
+      for (int d = 0; d < D; ++d) acc[d] = part[d];
+      continue;
+    }
+    const float m = max_nan(merged.m, st.m), mc = m * c;
+    const float ea = std::exp2(std::fmaf(merged.m, c, -mc)), eb = std::exp2(std::fmaf(st.m, c, -mc));
+    for (int d = 0; d < D; ++d) acc[d] = acc[d] * ea + part[d] * eb;
+    merged = RowState{m, merged.l * ea + st.l * eb, mc, 1.0f, 0.0f};
+  }
+  finish_row(cx, merged, acc, out_row, lse_out);
 }
 
 float softmax_c(const Problem& p) { return p.softmax_scale * kLog2e; }
@@ -377,7 +436,7 @@ namespace {
 
 // rows: null for every token, else the packed tokens to compute.
 void forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, const uint16_t* k,
-             const uint16_t* v, const std::vector<char>* rows, uint16_t* out, float* lse) {
+             const uint16_t* v, const std::vector<char>* rows, uint16_t* out, float* lse, int chunk = 0) {
   const int64_t T = p.total_tokens;
   const int Hq = p.hq, Hkv = p.hkv, D = p.head_dim, group = Hq / Hkv;
   const Operand q8 = quantize_input(q, T, Hq, D, cfg.scheme);
@@ -394,11 +453,18 @@ void forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, co
       const std::vector<float> kt = transpose_rows(k8, base, L, kvh);
       for (int h = kvh * group; h < (kvh + 1) * group; ++h)
         for_rows(L, [&](int first, int stride) {
-          std::vector<float> s_buf(BN), p_buf(BN), sv_buf(BN), acc(D), tile(D);
-          for (int i = first; i < L; i += stride)
-            if (!rows || (*rows)[size_t(base + i)])
+          std::vector<float> s_buf(BN), p_buf(BN), sv_buf(BN), acc(D), tile(D), part(D);
+          for (int i = first; i < L; i += stride) {
+            if (rows && !(*rows)[size_t(base + i)]) continue;
+            uint16_t* o = out + (size_t(base + i) * Hq + h) * D;
+            float* ls = lse + size_t(h) * T + base + i;
+            if (chunk > 0)
+              forward_row_chunked(cx, base, L, h, kvh, i, chunk, kt, s_buf.data(), p_buf.data(), sv_buf.data(),
+                                  acc.data(), tile.data(), part, o, ls);
+            else
               forward_row(cx, base, L, h, kvh, i, kt, s_buf.data(), p_buf.data(), sv_buf.data(), acc.data(),
-                          tile.data(), out + (size_t(base + i) * Hq + h) * D, lse + size_t(h) * T + base + i);
+                          tile.data(), o, ls);
+          }
         });
     }
   }
@@ -409,6 +475,17 @@ void forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, co
 void emulate_forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
                      const uint16_t* k, const uint16_t* v, uint16_t* out, float* lse) {
   forward(p, cfg, q, k, v, nullptr, out, lse);
+}
+
+void emulate_forward_chunked(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                             const uint16_t* k, const uint16_t* v, int chunk_keys, uint16_t* out, float* lse) {
+  if (chunk_keys <= 0 || chunk_keys % cfg.tiling.fwd_block_n != 0)
+    throw std::invalid_argument("emulate_forward_chunked: chunk_keys must be a positive multiple of "
+                                "tiling.fwd_block_n (" + std::to_string(cfg.tiling.fwd_block_n) + "), got " +
+                                std::to_string(chunk_keys));
+  if (cfg.fwd.fold != PvFold::Fresh)
+    throw std::invalid_argument("emulate_forward_chunked: needs EmulationConfig::fwd.fold = PvFold::Fresh");
+  forward(p, cfg, q, k, v, nullptr, out, lse, chunk_keys);
 }
 
 void emulate_forward_rows(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,

@@ -84,7 +84,15 @@ enum class PScale {
   RunningKeys   // option B: pow2_scale(Y), Y = max(alpha * Y_prev, pm * max_j sv[j])
 };
 
+// What P of a key tile is taken against (§2 step 3). Running: the row's running maximum over
+// all tiles so far, so a tile's FP8 codes depend on the tiles before it. Tile: the tile's own
+// maximum m_t, the tile entering the row's state through beta = exp2(m_t c - mc)
+// (l += beta * sum p, acc += (beta * sigma) * tile): a tile's codes depend on it alone, and
+// key chunks may be computed apart and merged (docs/CONTEXT_PARALLEL.md).
+enum class PRef { Running, Tile };
+
 struct ForwardOptions {
+  PRef p_ref = PRef::Running;
   PvFold fold = PvFold::Fresh;
   PScale p_scale = PScale::TileMax;
   int p_headroom_log2 = 0;  // sigma times 2^k, k in [0, 8]: P8 stays below 448 / 2^k
@@ -108,6 +116,14 @@ void emulate_forward(const Problem& p, const EmulationConfig& cfg, const uint16_
 // The forward for the packed tokens with rows[t] != 0 only (O and LSE of the others are
 // left untouched): each row is the same function as in emulate_forward. For studies of
 // long documents, where computing every row would take too long.
+// The forward with each row's visible keys in chunks of chunk_keys (a multiple of
+// tiling.fwd_block_n) from the document start, each chunk's state computed from nothing and
+// the states merged in FP32, last chunk first: what a context-parallel ring computes. Needs
+// fwd.fold = PvFold::Fresh. With fwd.p_ref = PRef::Tile it differs from emulate_forward only
+// by the order of FP32 operations; with PRef::Running, P's codes differ where an earlier
+// chunk holds a row's maximum.
+void emulate_forward_chunked(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                             const uint16_t* k, const uint16_t* v, int chunk_keys, uint16_t* out, float* lse);
 void emulate_forward_rows(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
                           const uint16_t* k, const uint16_t* v, const std::vector<char>& rows,
                           uint16_t* out, float* lse);
