@@ -283,6 +283,17 @@ struct StageCursor {
   }
 };
 
+// Every thread's side of a refill: wait until every thread has left the cursor's stage,
+// issue this thread's loads into it (`load(stage)`), arrive on its `full` barrier when this
+// thread's copies have landed, and move the cursor on.
+template <class Load>
+__device__ __forceinline__ void refill_stage(uint32_t full0, uint32_t empty0, StageCursor& cursor, Load load) {
+  mbar::wait(empty0 + 8 * cursor.index, cursor.phase ^ 1);
+  load(cursor.index);
+  mbar::arrive_when_copies_land(full0 + 8 * cursor.index);
+  cursor.advance();
+}
+
 // This thread is done with a stage: its warpgroup's last wgmma reading it has completed
 // (wait<0> in the products) and its own loads of the per-token values have returned.
 __device__ __forceinline__ void release_stage(uint32_t empty) { mbar::arrive(empty); }
@@ -508,11 +519,10 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   // Every thread: a step into the next stage of the ring, once every thread has left it.
   StageCursor load, use;
   auto load_step = [&](QueryTile t) {
-    mbar::wait(base + S::empty(load.index), load.phase ^ 1);
-    if (elected) load_query_tiles(load.index, t);
-    load_query_values(load.index, t);
-    mbar::arrive_when_copies_land(base + S::full(load.index));
-    load.advance();
+    refill_stage(base + S::full(0), base + S::empty(0), load, [&](int s) {
+      if (elected) load_query_tiles(s, t);
+      load_query_values(s, t);
+    });
   };
   QueryTile cur{hk * group, m_first};
   load_step(cur);
@@ -716,11 +726,10 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   // Every thread: key tile n into the next stage of the ring, once every thread has left it.
   StageCursor load, use;
   auto load_step = [&](int n) {
-    mbar::wait(base + S::empty(load.index), load.phase ^ 1);
-    if (elected) load_key_tiles(load.index, n);
-    load_key_values(load.index, n);
-    mbar::arrive_when_copies_land(base + S::full(load.index));
-    load.advance();
+    refill_stage(base + S::full(0), base + S::empty(0), load, [&](int s) {
+      if (elected) load_key_tiles(s, n);
+      load_key_values(s, n);
+    });
   };
   load_step(0);
   ptx::cp_async_commit();
