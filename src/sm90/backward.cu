@@ -148,10 +148,11 @@ __device__ __forceinline__ TokenOperand<false> token_operand_prescaled(const Til
 // one fused multiply-add (kLast) or a multiply and an add, the same bits, as the scale is a
 // power of two and the product exact. B at shared address bt: D rows of 64 token positions
 // as TMA lands them (FP8, 64-byte swizzle), or a Bf16ColTile.
-template <int D, bool kBf16, bool kLast>
-__device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4], TokenOperand<kBf16>& op,
-                                                         uint32_t bt) {
-  float fresh[D / 8][4];
+// In two halves, so that other MMAs can be issued between them: issue_token_product starts
+// the product (one committed group), fold_token_product waits until at most kPending groups
+// committed after it are pending, then folds.
+template <int D, bool kBf16>
+__device__ __forceinline__ void issue_token_product(float (&fresh)[D / 8][4], TokenOperand<kBf16>& op, uint32_t bt) {
   wgmma::pin(op.a);  // the operand is final before the fence
   wgmma::fence();
   if constexpr (kBf16) {
@@ -163,7 +164,11 @@ __device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4],
     wgmma::mma_rs<true>(fresh, op.a[1], mma::desc<kTileTokens>(bt, 1));
   }
   wgmma::commit();
-  wgmma::wait<0>();
+}
+template <int D, bool kBf16, bool kLast, int kPending>
+__device__ __forceinline__ void fold_token_product(float (&acc)[D / 8][4], float (&fresh)[D / 8][4],
+                                                   TokenOperand<kBf16>& op) {
+  wgmma::wait<kPending>();
   wgmma::pin(fresh);
   wgmma::pin(op.a);  // registers read by the MMA stay untouched until it is done
 #pragma unroll
@@ -173,6 +178,13 @@ __device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4],
       acc[n][e] = kBf16    ? __fadd_rn(acc[n][e], fresh[n][e])
                   : kLast ? fmaf(op.scale[e >> 1], fresh[n][e], acc[n][e])
                           : __fadd_rn(acc[n][e], __fmul_rn(op.scale[e >> 1], fresh[n][e]));
+}
+template <int D, bool kBf16, bool kLast>
+__device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4], TokenOperand<kBf16>& op,
+                                                         uint32_t bt) {
+  float fresh[D / 8][4];
+  issue_token_product<D, kBf16>(fresh, op, bt);
+  fold_token_product<D, kBf16, kLast, 0>(acc, fresh, op);
 }
 
 // Stores rows [0, 16) of a warp's D-wide accumulator (scaled) as bf16 for rows < valid.
@@ -270,6 +282,17 @@ struct StageCursor {
     }
   }
 };
+
+// Every thread's side of a refill: wait until every thread has left the cursor's stage,
+// issue this thread's loads into it (`load(stage)`), arrive on its `full` barrier when this
+// thread's copies have landed, and move the cursor on.
+template <class Load>
+__device__ __forceinline__ void refill_stage(uint32_t full0, uint32_t empty0, StageCursor& cursor, Load load) {
+  mbar::wait(empty0 + 8 * cursor.index, cursor.phase ^ 1);
+  load(cursor.index);
+  mbar::arrive_when_copies_land(full0 + 8 * cursor.index);
+  cursor.advance();
+}
 
 // This thread is done with a stage: its warpgroup's last wgmma reading it has completed
 // (wait<0> in the products) and its own loads of the per-token values have returned.
@@ -496,11 +519,10 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   // Every thread: a step into the next stage of the ring, once every thread has left it.
   StageCursor load, use;
   auto load_step = [&](QueryTile t) {
-    mbar::wait(base + S::empty(load.index), load.phase ^ 1);
-    if (elected) load_query_tiles(load.index, t);
-    load_query_values(load.index, t);
-    mbar::arrive_when_copies_land(base + S::full(load.index));
-    load.advance();
+    refill_stage(base + S::full(0), base + S::empty(0), load, [&](int s) {
+      if (elected) load_query_tiles(s, t);
+      load_query_values(s, t);
+    });
   };
   QueryTile cur{hk * group, m_first};
   load_step(cur);
@@ -583,13 +605,24 @@ struct DqSmem {
   static constexpr int empty(int s) { return kEmpty + 8 * s; }
 };
 
-// One key tile for the 64 queries at `queries` (a warpgroup's DqSmem::queries), this warp's
-// 16 query rows i0, i0 + 8 (document positions).
-template <int D, bool kMixed, bool kMask>
-__device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int queries, int stage, const DocMask& mask,
-                                            int i0, int n0, float c, float (&dq)[D / 8][4]) {
+// S and dP of the key tile in `stage` for the 64 queries at `queries` (a warpgroup's
+// DqSmem::queries): issued, two committed groups.
+template <int D, bool kMixed>
+__device__ __forceinline__ void issue_dq_scores(TileAcc& s, TileAcc& dp, const uint8_t* smem, int queries, int stage) {
   using S = DqSmem<D, kMixed>;
   const uint32_t base = ptx::smem_addr(smem), st = base + S::stage(stage), qb = base + queries;
+  wgmma::fence();
+  issue_scores<D, true>(s, qb + S::kQ, st + S::kK);    // S = Q Kᵀ, as the forward
+  issue_row_dots<D, true>(dp, qb + S::kDo, st + S::kV);  // dP = dO Vᵀ
+}
+
+// dQ's A operand of one key tile from its landed S and dP, this warp's 16 query rows i0,
+// i0 + 8 (document positions): q8(dS sk / rho) (fp8) or bf16(dS) (fp8_mixed).
+template <int D, bool kMixed, bool kMask>
+__device__ __forceinline__ TokenOperand<kMixed> dq_operand_of_tile(const uint8_t* smem, int queries, int stage,
+                                                                   const DocMask& mask, int i0, int n0, float c,
+                                                                   TileAcc& s, const TileAcc& dp) {
+  using S = DqSmem<D, kMixed>;
   const float* sk = reinterpret_cast<const float*>(smem + S::stage(stage) + S::kSk);
   const float* sv = reinterpret_cast<const float*>(smem + S::stage(stage) + S::kSv);
   const int q = lane_id() & 3, row0 = 16 * (warp_id() & 3);
@@ -604,13 +637,6 @@ __device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int queries, in
     d[r] = reinterpret_cast<const float*>(smem + queries + S::kDvec)[i];
   }
 
-  TileAcc s, dp;  // S and dP: rows = queries, columns = keys
-  wgmma::fence();
-  issue_scores<D, true>(s, qb + S::kQ, st + S::kK);    // S = Q Kᵀ, as the forward
-  issue_row_dots<D, true>(dp, qb + S::kDo, st + S::kV);  // dP = dO Vᵀ
-  wgmma::wait<0>();
-  wgmma::pin(s);
-  wgmma::pin(dp);
   // In place: s <- dS * sk (fp8) or dS (fp8_mixed).
 #pragma unroll
   for (int n = 0; n < 8; ++n)
@@ -622,8 +648,7 @@ __device__ __forceinline__ void dq_key_tile(const uint8_t* smem, int queries, in
                                     __fmul_rn(sdo[r], sv[col]), lse2[r], d[r]);
       s[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sk[col])) : 0.0f;
     }
-  TokenOperand<kMixed> ds = token_operand<kMixed>(s);
-  accumulate_token_product<D, kMixed, true>(dq, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kKt);
+  return token_operand<kMixed>(s);
 }
 
 template <int D, bool kMixed>
@@ -701,11 +726,10 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   // Every thread: key tile n into the next stage of the ring, once every thread has left it.
   StageCursor load, use;
   auto load_step = [&](int n) {
-    mbar::wait(base + S::empty(load.index), load.phase ^ 1);
-    if (elected) load_key_tiles(load.index, n);
-    load_key_values(load.index, n);
-    mbar::arrive_when_copies_land(base + S::full(load.index));
-    load.advance();
+    refill_stage(base + S::full(0), base + S::empty(0), load, [&](int s) {
+      if (elected) load_key_tiles(s, n);
+      load_key_values(s, n);
+    });
   };
   load_step(0);
   ptx::cp_async_commit();
@@ -722,6 +746,17 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
 #pragma unroll
     for (int e = 0; e < 4; ++e) dq[c][e] = 0.0f;
 
+  // This warpgroup's key tiles are 0..last (causal: up to its own diagonal mw). With
+  // kOverlap the next tile's S and dP are issued before this tile's dQ product is folded, so
+  // the tensor core works on them while the FP32 pipe folds (D = 128, fp8: the registers of
+  // a second S/dP fit; at D = 64 two CTAs share the SM at 128 registers and do not).
+  constexpr bool kOverlap = !kMixed && D == 128;
+  const int last = valid_q <= 0 ? -1 : a.causal ? min(mw, num_key_tiles - 1) : num_key_tiles - 1;
+  TileAcc s, dp;  // S and dP of the tile in flight: rows = queries, columns = keys
+  if (kOverlap && last >= 0) {
+    mbar::wait(base + S::full(use.index), use.phase);
+    issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), use.index);
+  }
   for (int n = 0; n < num_key_tiles; ++n) {
     if (n + 1 < num_key_tiles) load_step(n + 1);
     const int n0 = n * kTileTokens;
@@ -730,12 +765,27 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
       transpose_step_operand<D>(smem, S::kBf16, wg == 1, [&] { load_k_rows(n + 1); });
     }
     mbar::wait(base + S::full(use.index), use.phase);  // as in dkdv_kernel
-    // Causal: this warpgroup's queries see key tiles up to their own diagonal mw.
-    if (valid_q > 0 && (!a.causal || n <= mw)) {
-      if (mask_needed_for_query_rows(mask, mw, n, kTileTokens))
-        dq_key_tile<D, kMixed, true>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, dq);
-      else
-        dq_key_tile<D, kMixed, false>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, dq);
+    if (n <= last) {
+      if (!kOverlap) issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), use.index);
+      wgmma::wait<0>();
+      wgmma::pin(s);
+      wgmma::pin(dp);
+      TokenOperand<kMixed> op =
+          mask_needed_for_query_rows(mask, mw, n, kTileTokens)
+              ? dq_operand_of_tile<D, kMixed, true>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp)
+              : dq_operand_of_tile<D, kMixed, false>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp);
+      float fresh[D / 8][4];
+      issue_token_product<D, kMixed>(fresh, op, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols
+                                                       : base + S::stage(use.index) + S::kKt);
+      if (kOverlap && n + 1 <= last) {
+        StageCursor next = use;
+        next.advance();
+        mbar::wait(base + S::full(next.index), next.phase);
+        issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), next.index);
+        fold_token_product<D, kMixed, true, 2>(dq, fresh, op);  // S and dP of n + 1 may be pending
+      } else {
+        fold_token_product<D, kMixed, true, 0>(dq, fresh, op);
+      }
     }
     release_stage(base + S::empty(use.index));
     use.advance();
