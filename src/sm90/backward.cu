@@ -790,6 +790,9 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
     release_stage(base + S::empty(use.index));
     use.advance();
   }
+  // Every S/dP issued was waited for inside the loop, which ptxas cannot prove: without this
+  // wait it injects one of its own (C7517) before the accumulator registers are reused.
+  if constexpr (kOverlap) wgmma::wait<0>();
 
   store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
 }
