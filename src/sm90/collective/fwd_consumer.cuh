@@ -6,9 +6,10 @@
 //   fresh = p8 Vᵀ     wgmma m64nDk32 with A = p8 from registers, 4 k-steps (128 keys) into a
 //                     fresh accumulator;
 //   acc = acc * alpha + sigma * fresh    (FP32; sigma * fresh is exact, so one FMUL + FFMA).
-// The two consumer warpgroups take turns issuing their MMAs (ping-pong on two named
-// barriers): while one warpgroup's softmax runs on the FP32/MUFU pipes, the other's MMAs run
-// on the tensor cores.
+// Software-pipelined: the P·V of tile n and the S of tile n + 1 are issued together, and the
+// fold of P·V(n) runs while the tensor core computes S(n + 1). The two consumer warpgroups
+// take turns issuing (ping-pong on two named barriers, one turn a tile): while one
+// warpgroup's softmax runs on the FP32/MUFU pipes, the other's MMAs run on the tensor cores.
 #pragma once
 
 #include <cmath>
@@ -45,7 +46,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   if (consumer_idx == 1) turns.end();
 
   const int items = item_count(p.work) * p.hq;
-  int kv = 0;
+  int kv = 0;  // key tiles consumed so far (all items): the ring position
   for (int w = blockIdx.x, it = 0; w < items; w += gridDim.x, ++it) {
     const Item item = item_at(p, w);
     const DocTile& dt = item.dt;
@@ -66,45 +67,57 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     RowState rows;
     mbar::wait(q_full, it & 1);
 
-    for (int n = 0; n < item.num_key_tiles; ++n, ++kv) {
-      const int s = kv % P::kStages;
-      const uint32_t stage = base + P::stage(s);
-      mbar::wait(full0 + 8 * s, (kv / P::kStages) & 1);
-
-      ScoreTile sc;
-      turns.begin();
+    // Tile n's stage and phase in the ring (kv counts the key tiles over all items).
+    auto stage_of = [&](int n) { return (kv + n) % P::kStages; };
+    auto phase_of = [&](int n) { return ((kv + n) / P::kStages) & 1; };
+    auto issue_scores = [&](ScoreTile& sc, int n) {
+      const uint32_t stage = base + P::stage(stage_of(n));
       mma::fence();
 #pragma unroll
       for (int ks = 0; ks < D / 32; ++ks)
         mma::ss(sc, mma::desc<P::kQKRowBytes>(q_tile, ks), mma::desc<P::kQKRowBytes>(stage + P::kK, ks), ks > 0);
       mma::commit();
-      turns.end();
-      mma::wait<0>();
-      mma::pin(sc);
+    };
+    auto softmax = [&](ScoreTile& sc, int n, TileP& tp) {
       if (n + 1 == item.num_key_tiles && lane == 0) mbar::arrive(q_empty);  // Q no longer read
-
-      const float* sk = reinterpret_cast<const float*>(smem + P::stage(s) + P::kSk);
-      const float* sv = reinterpret_cast<const float*>(smem + P::stage(s) + P::kSv);
+      const float* sk = reinterpret_cast<const float*>(smem + P::stage(stage_of(n)) + P::kSk);
+      const float* sv = reinterpret_cast<const float*>(smem + P::stage(stage_of(n)) + P::kSv);
       const int n0 = n * P::kBlockN;
-      TileP tp;
       if (mask_needed_for_query_rows(mask, dt.tile, n, P::kBlockN))
         softmax_tile<true>(sc, sk, sv, sq, sqc, mask, i0, n0, p.c, rows, tp);
       else
         softmax_tile<false>(sc, sk, sv, sq, sqc, mask, i0, n0, p.c, rows, tp);
+    };
 
-      float fresh[D / 8][4];
+    // Software pipeline over the key tiles: tile n's P·V and tile n + 1's S are issued in one
+    // turn, so that the tensor core computes S(n + 1) while this warpgroup folds P·V(n), and
+    // the other warpgroup's turn follows a whole tile's MMAs (one handshake a tile, not two).
+    ScoreTile sc;
+    TileP tp;
+    const int tiles = item.num_key_tiles;
+    if (tiles > 0) {
+      mbar::wait(full0 + 8 * stage_of(0), phase_of(0));
       turns.begin();
+      issue_scores(sc, 0);
+      turns.end();
+      mma::wait<0>();
+      mma::pin(sc);
+      softmax(sc, 0, tp);
+    }
+    auto issue_pv = [&](float (&fresh)[D / 8][4], int n) {
+      const uint32_t stage = base + P::stage(stage_of(n));
       mma::pin(tp.p8);
       mma::fence();
 #pragma unroll
       for (int kk = 0; kk < P::kBlockN / 32; ++kk)
         mma::rs(fresh, tp.p8[kk], mma::desc<P::kVtRowBytes>(stage + P::kVt, kk), kk > 0);
       mma::commit();
-      turns.end();
-      mma::wait<0>();
+    };
+    // acc = acc * alpha + sigma * fresh, once P·V(n) is done (the caller waited).
+    auto fold = [&](float (&fresh)[D / 8][4], int n) {
       mma::pin(fresh);
       mma::pin(tp.p8);
-      if (lane == 0) mbar::arrive(empty0 + 8 * s);  // this warp is done with the stage
+      if (lane == 0) mbar::arrive(empty0 + 8 * stage_of(n));  // this warp is done with the stage
       // Once no row of the warp has a new maximum (the common case after the first tiles),
       // alpha is 1 and acc * alpha == acc: skip the multiply (warp-uniform branch).
       if (__all_sync(0xffffffffu, tp.alpha[0] == 1.0f && tp.alpha[1] == 1.0f)) {
@@ -119,7 +132,31 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
           for (int e = 0; e < 4; ++e)
             acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], __fmul_rn(acc[d][e], tp.alpha[e >> 1]));
       }
+    };
+    // The steady state has no data-dependent branch around an MMA or a wait (ptxas would
+    // serialize the wgmmas), so the last tile is peeled off.
+    for (int n = 0; n + 1 < tiles; ++n) {
+      mbar::wait(full0 + 8 * stage_of(n + 1), phase_of(n + 1));
+      float fresh[D / 8][4];
+      turns.begin();
+      issue_pv(fresh, n);
+      issue_scores(sc, n + 1);
+      turns.end();
+      mma::wait<1>();  // P·V(n) done; S(n + 1) may still run
+      fold(fresh, n);
+      mma::wait<0>();
+      mma::pin(sc);
+      softmax(sc, n + 1, tp);
     }
+    if (tiles > 0) {
+      float fresh[D / 8][4];
+      turns.begin();
+      issue_pv(fresh, tiles - 1);
+      turns.end();
+      mma::wait<0>();
+      fold(fresh, tiles - 1);
+    }
+    kv += tiles;
 
     // A tile of a (corrupt) item with no key tile still hands Q's buffer back.
     if (item.num_key_tiles == 0 && lane == 0) mbar::arrive(q_empty);
