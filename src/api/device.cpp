@@ -150,7 +150,12 @@ Status checking_mode_inputs(const Problem& p, const flamia_attention_args& a) {
 }
 
 // Common preamble of every device call: supported device, current device, checking mode.
+// Launches are checked with cudaGetLastError, which also returns an error that an earlier,
+// unrelated runtime call on this thread left pending (that call already returned it to its
+// caller): it is read and dropped here so that it is not reported as this call's. A sticky
+// error (a faulted context) cannot be dropped and still fails the call.
 Status prepare(const Problem& p, const flamia_attention_args& a, DeviceGuard& guard) {
+  (void)cudaGetLastError();
   FLAMIA_TRY(guard.enter(p.device));
   FLAMIA_TRY(check_device_supported(p.device));
   return checking_mode_inputs(p, a);

@@ -104,6 +104,39 @@ class ErrorsSmall : public ::testing::Test {
   std::vector<int32_t> host_cu_;
 };
 
+// A failed runtime call of the caller's leaves its error pending on the thread until
+// cudaGetLastError reads it. flamia checks its launches with cudaGetLastError, so without
+// care it reports that earlier error as its own: the harness's first backward failed this
+// way with cudaErrorInvalidValue (autograd runs it on its own thread). The calls must
+// succeed and compute the same bits.
+TEST_F(ErrorsSmall, AnEarlierCallsPendingErrorIsNotThisCallsError) {
+  // Any failing runtime call leaves its error pending; this one changes nothing.
+  auto leave_an_error_pending = [] {
+    ASSERT_EQ(cudaSetDevice(-1), cudaErrorInvalidDevice);
+    ASSERT_EQ(cudaPeekAtLastError(), cudaErrorInvalidDevice) << "the test needs a pending error";
+  };
+  leave_an_error_pending();
+  FwdResult f;
+  BwdResult b;
+  ASSERT_EQ(r_->forward_backward(in_, &f, &b), FLAMIA_SUCCESS) << flamia_last_error();
+  EXPECT_EQ(f.o, f_.o);
+  EXPECT_EQ(b.dq, b_.dq);
+  EXPECT_EQ(b.dk, b_.dk);
+  EXPECT_EQ(b.dv, b_.dv);
+  // The backward alone, after a forward, with an error pending.
+  ASSERT_EQ(r_->step(r_->args(), r_->dout_view(), false, &f, nullptr), FLAMIA_SUCCESS) << flamia_last_error();
+  leave_an_error_pending();
+  flamia_attention_args a = r_->args();
+  EXPECT_EQ(flamia_backward(&a, r_->dout_view(), r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(),
+                            r_->workspace(), r_->workspace_bytes(), r_->dq_view(), r_->dk_view(), r_->dv_view()),
+            FLAMIA_SUCCESS)
+      << flamia_last_error();
+  r_->sync();
+  r_->download_bwd(&b);
+  EXPECT_EQ(b.dq, b_.dq);
+  EXPECT_EQ(b.dv, b_.dv);
+}
+
 TEST_F(ErrorsSmall, HostTensorInDeviceCall) {
   flamia_attention_args a = r_->args();
   a.q.data = host_q_.data();
