@@ -10,14 +10,19 @@ half a rank's mean is cut into 2P chunks of C = roundup(ceil(L / 2P), align) tok
 its start and rank r takes chunks r and 2P - 1 - r (zig-zag); every other document stays
 whole, longest first, on the rank where it raises the larger of the rank's relative causal
 work and relative token count least. A rank stores its segments (chunks and whole
-documents) in ascending position in the global pack. Only the plan exists so far; the
-attention kernels it feeds are described in that document.
+documents) in ascending position in the global pack.
+
+    o_local = flamia.distributed.attention(q_local, k_local, v_local, plan, rank)
+
+runs a rank's attention when every document of the plan is whole (no document split across
+ranks, the common case for long-tailed packs: see the balance table in that document); the
+kernels for split documents (streamed or ring) are not built yet.
 
 This module needs torch but not torch.distributed; `import flamia` does not import it.
 """
 
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -25,7 +30,7 @@ from torch import Tensor
 from ._lib import FlamiaError
 
 __all__ = ["Segment", "RankShard", "ShardPlan", "Balance", "plan_shards", "shard", "unshard",
-           "balance"]
+           "balance", "attention"]
 
 # A document is split when its causal work exceeds this fraction of a rank's mean work: whole
 # documents need no key/value exchange, and the fraction caps what one of them adds to a rank.
@@ -263,3 +268,47 @@ def balance(plan: ShardPlan, causal: bool = True) -> Balance:
     tokens = [rs.num_tokens for rs in plan.ranks]
     return Balance(work=tuple(work), work_imbalance=_imbalance(work), tokens=tuple(tokens),
                    token_imbalance=_imbalance(tokens))
+
+
+# ---- attention ---------------------------------------------------------------------------------
+def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causal: bool = True,
+              softmax_scale: Optional[float] = None, recipe: str = "fp8") -> Tensor:
+    """This rank's rows of flamia.attention over the sharded pack.
+
+    q [T_r, Hq, D] and k, v [T_r, Hkv, D] are shard(x, plan, rank) of the global tensors;
+    returns shard(O, plan, rank), the rows single-pack flamia.attention gives, bit for bit:
+    every document is computed whole, and a document's result does not depend on the rest
+    of the pack (per-token scales, per-document tiles). Differentiable like flamia.attention
+    (the gradients are the shards of the single-pack gradients, bit for bit). No collective
+    runs: a whole document's keys and values are on its rank.
+
+    Needs a plan that keeps every document in one piece (no document in several chunks, the
+    case for every document of a long-tailed pack at P = 2); a document in chunks needs the
+    streamed or ring kernels of docs/CONTEXT_PARALLEL.md, not built yet, and raises
+    FlamiaError."""
+    import flamia
+
+    _check_plan(plan)
+    _check_rank(rank, plan)
+    # A split document whose one non-empty chunk holds it all (shorter than a chunk) is whole.
+    cut = sorted({seg.doc for rs_ in plan.ranks for seg in rs_.segments
+                  if seg.length > 0 and seg.length < plan.doc_length(seg.doc)})
+    if cut:
+        docs = ", ".join(str(d) for d in cut[:8]) + (", ..." if len(cut) > 8 else "")
+        raise FlamiaError(f"flamia.distributed.attention: the plan cuts document(s) {docs} into chunks; "
+                          "attention over a document in several chunks needs the ring kernels, which are not "
+                          "built yet (only plans that keep every document whole run: docs/CONTEXT_PARALLEL.md)")
+    rs = plan.ranks[rank]
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, Tensor) or x.dim() != 3:
+            raise FlamiaError(f"flamia.distributed.attention: {name} must be a [T_r, H, D] torch.Tensor "
+                              f"(shard(x, plan, rank)), got {type(x).__name__ if not isinstance(x, Tensor) else tuple(x.shape)}")
+        if x.shape[0] != rs.num_tokens:
+            raise FlamiaError(f"flamia.distributed.attention: {name} must have rank {rank}'s {rs.num_tokens} rows "
+                              f"(shard(x, plan, rank)), got shape {tuple(x.shape)}")
+    if rs.num_tokens == 0:
+        # A rank without tokens: an empty output that still belongs to the graph, so that the
+        # same backward call runs on every rank (its gradients are empty too).
+        return q * 0 + (k.sum() + v.sum()).to(q.dtype) * 0
+    cu = rs.cu_seqlens.to(q.device)
+    return flamia.attention(q, k, v, cu, rs.max_seqlen, causal=causal, softmax_scale=softmax_scale, recipe=recipe)

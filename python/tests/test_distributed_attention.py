@@ -1,0 +1,72 @@
+"""flamia.distributed.attention on the CPU specification: over a plan whose documents are all
+whole, every rank's output and gradients are the shards of single-pack flamia.attention, bit
+for bit, at world sizes 1-3; a plan with a split document and mis-sharded inputs are refused.
+Skips without torch."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flamia  # noqa: E402
+from flamia import FlamiaError  # noqa: E402
+from flamia.distributed import attention, plan_shards, shard, unshard  # noqa: E402
+from flamia_testutil import make_pack  # noqa: E402
+
+# Twelve short documents: none has more than half a rank's mean causal work at P <= 3, so
+# the plan keeps every document whole (asserted below, the premise of the test).
+LENGTHS = [64, 80, 33, 71, 50, 77, 45, 60, 70, 39, 58, 66]
+
+
+def step(q, k, v, dout, run):
+    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    out = run(q, k, v)
+    out.backward(dout)
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+@pytest.mark.parametrize("recipe", ["fp8", "fp8_mixed"])
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_ranks_compute_the_single_pack_result_bitwise(world_size, recipe):
+    q, k, v, dout, cu = make_pack(LENGTHS, 4, 2, 64, seed=7, device="cpu")
+    plan = plan_shards(cu, world_size)
+    assert plan.split_docs == () and all(rs.num_tokens > 0 for rs in plan.ranks)
+    want = step(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, max(LENGTHS), recipe=recipe))
+    per_rank = []
+    for r in range(world_size):
+        loc = [shard(x, plan, r) for x in (q, k, v, dout)]
+        per_rank.append(step(*loc, lambda q, k, v: attention(q, k, v, plan, r, recipe=recipe)))
+    for i, name in enumerate(("out", "dq", "dk", "dv")):
+        got = unshard([res[i] for res in per_rank], plan)
+        assert torch.equal(got, want[i]), name
+
+
+def test_a_split_document_is_refused():
+    q, k, v, _, cu = make_pack([600, 40, 30], 2, 2, 64, seed=1, device="cpu")
+    plan = plan_shards(cu, 2)
+    assert plan.split_docs == (0,)
+    with pytest.raises(FlamiaError, match="cuts document"):
+        attention(shard(q, plan, 0), shard(k, plan, 0), shard(v, plan, 0), plan, 0)
+
+
+def test_inputs_must_be_the_ranks_shards():
+    q, k, v, _, cu = make_pack(LENGTHS, 2, 2, 64, seed=2, device="cpu")
+    plan = plan_shards(cu, 2)
+    with pytest.raises(FlamiaError, match="q must have rank 0's"):
+        attention(q, shard(k, plan, 0), shard(v, plan, 0), plan, 0)
+    with pytest.raises(FlamiaError, match="rank must be < world_size"):
+        attention(shard(q, plan, 0), shard(k, plan, 0), shard(v, plan, 0), plan, 2)
+    with pytest.raises(FlamiaError, match="plan must be a ShardPlan"):
+        attention(q, k, v, "plan", 0)
+
+
+def test_documents_shorter_than_a_chunk_run_whole_and_empty_ranks_too():
+    # At P = 4 both documents count as split, but each fits in its first 128-token chunk: rank
+    # 0 holds both whole, ranks 1-3 hold nothing and return empty outputs and gradients.
+    q, k, v, dout, cu = make_pack([40, 30], 2, 2, 64, seed=1, device="cpu")
+    plan = plan_shards(cu, 4)
+    assert plan.split_docs == (0, 1) and [rs.num_tokens for rs in plan.ranks] == [70, 0, 0, 0]
+    want = step(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, 40))
+    per_rank = [step(*[shard(x, plan, r) for x in (q, k, v, dout)],
+                     lambda q, k, v, r=r: attention(q, k, v, plan, r)) for r in range(4)]
+    for i in range(4):
+        assert torch.equal(unshard([res[i] for res in per_rank], plan), want[i])
