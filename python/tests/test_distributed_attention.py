@@ -70,3 +70,25 @@ def test_documents_shorter_than_a_chunk_run_whole_and_empty_ranks_too():
                      lambda q, k, v, r=r: attention(q, k, v, plan, r)) for r in range(4)]
     for i in range(4):
         assert torch.equal(unshard([res[i] for res in per_rank], plan), want[i])
+
+
+def test_cp_bench_runs_on_a_cpu_group(tmp_path):
+    # tools/cp_bench.py end to end over a two-process gloo group on the CPU specification
+    # (the timings are meaningless there; the records are what is checked).
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(root, "python"), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "--master-port", "29533", os.path.join(root, "tools", "cp_bench.py"), "--device", "cpu",
+                          "--lengths", "40,70,30,55", "--hq", "2", "--hkv", "2", "--head-dim", "64",
+                          "--iters", "1", "--warmup", "0", "--out", str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    (rec,) = json.loads((tmp_path / "cp_bench.json").read_text())["results"]
+    assert rec["world_size"] == 2 and rec["tokens"] == 195 and len(rec["rank_ms"]) == 2
+    assert rec["bytes_exchanged"] == 0 and rec["speedup"] > 0
+
