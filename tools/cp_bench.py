@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Context-parallel step time: one attention training step (forward + backward) of a pack on
 one GPU against the same pack sharded over the ranks of a torch.distributed group
-(flamia.distributed.plan_shards + flamia.distributed.attention), for plans that keep every
-document whole (no key/value exchange). Prints per pack the one-GPU time, every rank's time,
-the group's step time (the slowest rank), the speedup, the plan's balance and the bytes
-exchanged, and writes them as JSON.
+(flamia.distributed.plan_shards + flamia.distributed.attention). Prints per pack the one-GPU
+time, every rank's time, the group's step time (the slowest rank), the speedup, the plan's
+balance, the documents it cuts into chunks and the bytes each rank receives for them (their
+q, k, v and dO in BF16; whole documents move nothing), and writes them as JSON.
 
-    torchrun --nproc-per-node 2 tools/cp_bench.py [--packs pack-128k,pack-512k] [--out DIR]
+    torchrun --nproc-per-node 2 tools/cp_bench.py [--packs pack-128k,pack-512k,one-128k-doc] [--out DIR]
     torchrun --nproc-per-node 2 tools/cp_bench.py --device cpu --lengths 40,70,30 --iters 1  # smoke test
 
 Inputs: random BF16 q, k, v, dO; each rank generates only its own shard (the timing does not
@@ -69,7 +69,7 @@ def step_fn(tokens: int, args, device, op):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--packs", default="pack-128k,pack-512k")
+    ap.add_argument("--packs", default="pack-128k,pack-512k,one-128k-doc")
     ap.add_argument("--lengths", default="", help="comma-separated document lengths (a custom pack instead of --packs)")
     ap.add_argument("--hq", type=int, default=32)
     ap.add_argument("--hkv", type=int, default=8)
@@ -97,13 +97,14 @@ def main() -> int:
             cu_list.append(cu_list[-1] + n)
         cu = torch.tensor(cu_list, dtype=torch.int32)
         plan = plan_shards(cu, world)
-        cut = sorted({s.doc for rs in plan.ranks for s in rs.segments if 0 < s.length < plan.doc_length(s.doc)})
+        cut = {s.doc for rs in plan.ranks for s in rs.segments if 0 < s.length < plan.doc_length(s.doc)}
+        # Rows of cut documents each rank sends (all_gather pads to the largest): q, k, v in
+        # the forward and dO in the backward travel in BF16.
+        width = max(sum(s.length for s in rs.segments if s.doc in cut) for rs in plan.ranks)
+        bytes_in = (world - 1) * width * (2 * args.hq + 2 * args.hkv) * args.head_dim * 2
         rec = {"pack": name, "docs": len(lengths), "tokens": cu_list[-1], "world_size": world,
-               "hq": args.hq, "hkv": args.hkv, "head_dim": args.head_dim, "recipe": args.recipe}
-        if cut:
-            rec["skipped"] = f"the plan cuts {len(cut)} document(s) into chunks (ring kernels not built)"
-            results.append(rec)
-            continue
+               "hq": args.hq, "hkv": args.hkv, "head_dim": args.head_dim, "recipe": args.recipe,
+               "cut_docs": len(cut), "bytes_received_per_rank": bytes_in}
         # One device, the whole pack (rank 0; the others wait).
         one = None
         if rank == 0:
@@ -126,22 +127,18 @@ def main() -> int:
         dist.all_gather_object(per_rank, mine)
         b = balance(plan)
         rec.update({"one_device_ms": one, "rank_ms": per_rank, "group_ms": max(per_rank),
-                    "work_imbalance": b.work_imbalance, "token_imbalance": b.token_imbalance,
-                    "bytes_exchanged": 0})
+                    "work_imbalance": b.work_imbalance, "token_imbalance": b.token_imbalance})
         if one is not None:
             rec["speedup"] = one / max(per_rank)
         results.append(rec)
 
     if rank == 0:
-        print(f"{'pack':14s} {'docs':>5s} {'tokens':>8s} {'P':>2s} {'1 GPU ms':>9s} {'group ms':>9s} "
-              f"{'speedup':>8s} {'work imb.':>9s}  per-rank ms")
+        print(f"{'pack':14s} {'docs':>5s} {'tokens':>8s} {'P':>2s} {'cut':>4s} {'MB in':>7s} {'1 GPU ms':>9s} "
+              f"{'group ms':>9s} {'speedup':>8s} {'work imb.':>9s}  per-rank ms")
         for r in results:
-            if "skipped" in r:
-                print(f"{r['pack']:14s} {r['docs']:5d} {r['tokens']:8d} {r['world_size']:2d}  skipped: {r['skipped']}")
-                continue
-            print(f"{r['pack']:14s} {r['docs']:5d} {r['tokens']:8d} {r['world_size']:2d} {r['one_device_ms']:9.3f} "
-                  f"{r['group_ms']:9.3f} {r['speedup']:8.2f} {r['work_imbalance']:9.4f}  "
-                  + " ".join(f"{t:.3f}" for t in r["rank_ms"]))
+            print(f"{r['pack']:14s} {r['docs']:5d} {r['tokens']:8d} {r['world_size']:2d} {r['cut_docs']:4d} "
+                  f"{r['bytes_received_per_rank'] / 1e6:7.1f} {r['one_device_ms']:9.3f} {r['group_ms']:9.3f} "
+                  f"{r['speedup']:8.2f} {r['work_imbalance']:9.4f}  " + " ".join(f"{t:.3f}" for t in r["rank_ms"]))
         if args.out:
             os.makedirs(args.out, exist_ok=True)
             with open(os.path.join(args.out, "cp_bench.json"), "w") as f:

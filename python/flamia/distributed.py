@@ -14,11 +14,13 @@ documents) in ascending position in the global pack.
 
     o_local = flamia.distributed.attention(q_local, k_local, v_local, plan, rank)
 
-runs a rank's attention when every document of the plan is whole (no document split across
-ranks, the common case for long-tailed packs: see the balance table in that document); the
-kernels for split documents (streamed or ring) are not built yet.
+runs a rank's attention: documents the plan keeps whole need no communication (every
+document of a long-tailed pack at P = 2: see the balance table in that document); a document
+cut into chunks is gathered whole onto the ranks holding it (correct and bitwise, but its
+work is not divided: the ring kernels that would divide it are not built yet).
 
-This module needs torch but not torch.distributed; `import flamia` does not import it.
+This module needs torch; torch.distributed only for plans that cut documents. `import
+flamia` does not import it.
 """
 
 from dataclasses import dataclass
@@ -271,33 +273,140 @@ def balance(plan: ShardPlan, causal: bool = True) -> Balance:
 
 
 # ---- attention ---------------------------------------------------------------------------------
+def _cut_docs(plan: ShardPlan) -> List[int]:
+    """Documents held in several chunks (a split document whose first chunk holds it all is whole)."""
+    return sorted({seg.doc for rs in plan.ranks for seg in rs.segments if 0 < seg.length < plan.doc_length(seg.doc)})
+
+
+@dataclass(frozen=True)
+class _GatherLayout:
+    """How a rank assembles its local pack when the plan cuts documents: its whole documents
+    (its own rows) followed by every cut document in full (rows gathered from all ranks).
+
+    cut_rows: the rank's own rows of cut documents (storage positions), sent to the others;
+    width: the longest such list over the ranks (all_gather needs equal sizes; shorter ones
+    are padded); whole_rows: the rank's rows of whole documents; gather_idx: for every row of
+    the cut documents, in document and position order, its row in the concatenated gathered
+    buffers; own_idx: for every row the rank stores, its row in the local pack; cu_seqlens,
+    max_seqlen: the local pack's."""
+
+    cut_rows: Tensor
+    width: int
+    whole_rows: Tensor
+    gather_idx: Tensor
+    own_idx: Tensor
+    cu_seqlens: Tensor
+    max_seqlen: int
+
+
+def _gather_layout(plan: ShardPlan, rank: int, cut: Sequence[int]) -> _GatherLayout:
+    cut_set = set(cut)
+    # Per rank: its rows of cut documents in storage order, and where each (doc, position) sits.
+    where = {}  # (doc, position) -> (rank, index among that rank's cut rows)
+    cut_rows = []
+    for rs in plan.ranks:
+        rows, at = [], 0
+        offsets = rs.cu_seqlens.tolist()
+        for i, seg in enumerate(rs.segments):
+            if seg.doc in cut_set:
+                for j in range(seg.length):
+                    where[(seg.doc, seg.start + j)] = (rs.rank, at + j)
+                rows.extend(range(offsets[i], offsets[i] + seg.length))
+                at += seg.length
+        cut_rows.append(rows)
+    width = max(len(r) for r in cut_rows)
+    rs = plan.ranks[rank]
+    offsets = rs.cu_seqlens.tolist()
+    whole_rows, local_cu = [], [0]
+    whole_base = {}  # segment index -> first local row
+    for i, seg in enumerate(rs.segments):
+        if seg.doc not in cut_set:
+            whole_base[i] = len(whole_rows)
+            whole_rows.extend(range(offsets[i], offsets[i] + seg.length))
+            local_cu.append(local_cu[-1] + seg.length)
+    doc_base, gather_idx = {}, []
+    for d in sorted({seg.doc for seg in rs.segments} & cut_set):  # the cut documents this rank holds part of
+        doc_base[d] = local_cu[-1]
+        for pos in range(plan.doc_length(d)):
+            r, j = where[(d, pos)]
+            gather_idx.append(r * width + j)
+        local_cu.append(local_cu[-1] + plan.doc_length(d))
+    own_idx = []
+    for i, seg in enumerate(rs.segments):
+        base = whole_base[i] if seg.doc not in cut_set else doc_base[seg.doc] + seg.start
+        own_idx.extend(range(base, base + seg.length))
+    lengths = [b - a for a, b in zip(local_cu, local_cu[1:])]
+    as_index = lambda x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
+    return _GatherLayout(cut_rows=as_index(cut_rows[rank]), width=width, whole_rows=as_index(whole_rows),
+                         gather_idx=as_index(gather_idx), own_idx=as_index(own_idx),
+                         cu_seqlens=torch.tensor(local_cu, dtype=torch.int32), max_seqlen=max(lengths, default=0))
+
+
+def _gather_cut_rows(x: Tensor, lay: _GatherLayout, group) -> Tensor:
+    """Every cut document's rows of x, in document and position order, from all ranks."""
+    import torch.distributed as dist
+
+    mine = x.new_zeros((lay.width,) + tuple(x.shape[1:]))
+    mine[:lay.cut_rows.shape[0]] = x.index_select(0, lay.cut_rows.to(x.device))
+    parts = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, mine, group=group)
+    return torch.cat(parts).index_select(0, lay.gather_idx.to(x.device))
+
+
+def _local_pack(x: Tensor, lay: _GatherLayout, group) -> Tensor:
+    return torch.cat([x.index_select(0, lay.whole_rows.to(x.device)), _gather_cut_rows(x, lay, group)])
+
+
+class _GatheredAttention(torch.autograd.Function):
+    """Attention of a rank's rows when the plan cuts documents: the cut documents' q, k, v are
+    gathered whole onto every rank holding part of them, flamia.attention runs on the local
+    pack, and the rank keeps its own rows; the backward gathers dO of the cut documents the
+    same way, so each rank's gradients of its own rows sum over every query of the document."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, lay, causal, softmax_scale, recipe, group):
+        import flamia
+
+        with torch.enable_grad():
+            leaves = tuple(_local_pack(x, lay, group).detach().requires_grad_(x.requires_grad) for x in (q, k, v))
+            out = flamia.attention(*leaves, lay.cu_seqlens.to(q.device), lay.max_seqlen, causal=causal,
+                                   softmax_scale=softmax_scale, recipe=recipe)
+        ctx.lay, ctx.group, ctx.leaves, ctx.out = lay, group, leaves, out
+        return out.detach().index_select(0, lay.own_idx.to(q.device))
+
+    @staticmethod
+    def backward(ctx, dout):
+        lay, dev = ctx.lay, dout.device
+        # dO of the local pack: the rank's own rows of whole documents, the gathered rows of cut ones.
+        full = dout.new_zeros(ctx.out.shape)
+        full.index_copy_(0, lay.own_idx.to(dev), dout.contiguous())
+        full = torch.cat([full[:lay.whole_rows.shape[0]], _gather_cut_rows(dout, lay, ctx.group)])
+        want = [x for x in ctx.leaves if x.requires_grad]
+        got = iter(torch.autograd.grad(ctx.out, want, full))
+        grads = [next(got).index_select(0, lay.own_idx.to(dev)) if x.requires_grad else None for x in ctx.leaves]
+        return (*grads, None, None, None, None, None)
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causal: bool = True,
-              softmax_scale: Optional[float] = None, recipe: str = "fp8") -> Tensor:
+              softmax_scale: Optional[float] = None, recipe: str = "fp8", group=None) -> Tensor:
     """This rank's rows of flamia.attention over the sharded pack.
 
     q [T_r, Hq, D] and k, v [T_r, Hkv, D] are shard(x, plan, rank) of the global tensors;
     returns shard(O, plan, rank), the rows single-pack flamia.attention gives, bit for bit:
     every document is computed whole, and a document's result does not depend on the rest
     of the pack (per-token scales, per-document tiles). Differentiable like flamia.attention
-    (the gradients are the shards of the single-pack gradients, bit for bit). No collective
-    runs: a whole document's keys and values are on its rank.
+    (the gradients are the shards of the single-pack gradients, bit for bit).
 
-    Needs a plan that keeps every document in one piece (no document in several chunks, the
-    case for every document of a long-tailed pack at P = 2); a document in chunks needs the
-    streamed or ring kernels of docs/CONTEXT_PARALLEL.md, not built yet, and raises
-    FlamiaError."""
-    import flamia
-
+    Documents the plan keeps whole (every document of a long-tailed pack at P = 2) need no
+    communication: their keys and values are on their rank. A document the plan cuts into
+    chunks is gathered whole (q, k, v in BF16, and dO in the backward, through
+    torch.distributed.all_gather over `group`, default the world) onto each rank holding a
+    chunk of it, which computes all of it and keeps its own rows: correct and bitwise, but the
+    attention of a cut document is then not divided over the ranks — the ring kernels that
+    would divide it (docs/CONTEXT_PARALLEL.md) are not built. With cut documents every rank of
+    the group must call this, and run the backward, together."""
     _check_plan(plan)
     _check_rank(rank, plan)
-    # A split document whose one non-empty chunk holds it all (shorter than a chunk) is whole.
-    cut = sorted({seg.doc for rs_ in plan.ranks for seg in rs_.segments
-                  if seg.length > 0 and seg.length < plan.doc_length(seg.doc)})
-    if cut:
-        docs = ", ".join(str(d) for d in cut[:8]) + (", ..." if len(cut) > 8 else "")
-        raise FlamiaError(f"flamia.distributed.attention: the plan cuts document(s) {docs} into chunks; "
-                          "attention over a document in several chunks needs the ring kernels, which are not "
-                          "built yet (only plans that keep every document whole run: docs/CONTEXT_PARALLEL.md)")
     rs = plan.ranks[rank]
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor) or x.dim() != 3:
@@ -306,9 +415,24 @@ def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causa
         if x.shape[0] != rs.num_tokens:
             raise FlamiaError(f"flamia.distributed.attention: {name} must have rank {rank}'s {rs.num_tokens} rows "
                               f"(shard(x, plan, rank)), got shape {tuple(x.shape)}")
+    cut = _cut_docs(plan)
+    if cut:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise FlamiaError("flamia.distributed.attention: the plan cuts document(s) into chunks, which needs an "
+                              "initialized torch.distributed process group (init_process_group)")
+        if dist.get_world_size(group) != plan.world_size or dist.get_rank(group) != rank:
+            raise FlamiaError(f"flamia.distributed.attention: the group has {dist.get_world_size(group)} ranks and "
+                              f"this is rank {dist.get_rank(group)}; the plan is for world_size {plan.world_size} "
+                              f"and the call says rank {rank}")
+        lay = _gather_layout(plan, rank, cut)
+        return _GatheredAttention.apply(q, k, v, lay, causal, softmax_scale, recipe, group)
     if rs.num_tokens == 0:
         # A rank without tokens: an empty output that still belongs to the graph, so that the
         # same backward call runs on every rank (its gradients are empty too).
         return q * 0 + (k.sum() + v.sum()).to(q.dtype) * 0
-    cu = rs.cu_seqlens.to(q.device)
-    return flamia.attention(q, k, v, cu, rs.max_seqlen, causal=causal, softmax_scale=softmax_scale, recipe=recipe)
+    import flamia
+
+    return flamia.attention(q, k, v, rs.cu_seqlens.to(q.device), rs.max_seqlen, causal=causal,
+                            softmax_scale=softmax_scale, recipe=recipe)

@@ -1,7 +1,8 @@
-"""flamia.distributed.attention on the CPU specification: over a plan whose documents are all
-whole, every rank's output and gradients are the shards of single-pack flamia.attention, bit
-for bit, at world sizes 1-3; a plan with a split document and mis-sharded inputs are refused.
-Skips without torch."""
+"""flamia.distributed.attention on the CPU specification: every rank's output and gradients
+are the shards of single-pack flamia.attention, bit for bit — for plans that keep documents
+whole (world sizes 1-4, no collective) and for plans that cut a document into chunks (a gloo
+group of 2 or 3 processes gathering it); mis-sharded inputs are refused; tools/cp_bench.py
+runs end to end. Skips without torch."""
 
 import pytest
 
@@ -38,14 +39,6 @@ def test_ranks_compute_the_single_pack_result_bitwise(world_size, recipe):
     for i, name in enumerate(("out", "dq", "dk", "dv")):
         got = unshard([res[i] for res in per_rank], plan)
         assert torch.equal(got, want[i]), name
-
-
-def test_a_split_document_is_refused():
-    q, k, v, _, cu = make_pack([600, 40, 30], 2, 2, 64, seed=1, device="cpu")
-    plan = plan_shards(cu, 2)
-    assert plan.split_docs == (0,)
-    with pytest.raises(FlamiaError, match="cuts document"):
-        attention(shard(q, plan, 0), shard(k, plan, 0), shard(v, plan, 0), plan, 0)
 
 
 def test_inputs_must_be_the_ranks_shards():
@@ -90,5 +83,42 @@ def test_cp_bench_runs_on_a_cpu_group(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     (rec,) = json.loads((tmp_path / "cp_bench.json").read_text())["results"]
     assert rec["world_size"] == 2 and rec["tokens"] == 195 and len(rec["rank_ms"]) == 2
-    assert rec["bytes_exchanged"] == 0 and rec["speedup"] > 0
+    assert rec["cut_docs"] == 0 and rec["bytes_received_per_rank"] == 0 and rec["speedup"] > 0
 
+
+
+def _rank_main(rank, world, init_file, out_dir, lengths, recipe):
+    # One rank of a gloo group on the CPU specification: its output and gradients to a file.
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=9, device="cpu")
+    plan = plan_shards(cu, world)
+    res = step(*[shard(x, plan, rank) for x in (q, k, v, dout)],
+               lambda q, k, v: attention(q, k, v, plan, rank, recipe=recipe))
+    torch.save(res, f"{out_dir}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world_size,lengths", [(2, [600, 40, 30]), (3, [40, 900, 70, 25])])
+def test_cut_documents_are_gathered_and_stay_bitwise(tmp_path, world_size, lengths):
+    # The plan cuts the long document into chunks on several ranks; each rank gathers it whole
+    # (q, k, v, and dO in the backward) over a gloo group and keeps its own rows.
+    import torch.multiprocessing as mp
+
+    q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=9, device="cpu")
+    plan = plan_shards(cu, world_size)
+    assert plan.split_docs and sum(1 for rs in plan.ranks for s in rs.segments if s.doc == plan.split_docs[0]) > 1
+    want = step(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, max(lengths), recipe="fp8"))
+    mp.spawn(_rank_main, args=(world_size, str(tmp_path / "init"), str(tmp_path), lengths, "fp8"),
+             nprocs=world_size, join=True)
+    per_rank = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
+    for i, name in enumerate(("out", "dq", "dk", "dv")):
+        assert torch.equal(unshard([res[i] for res in per_rank], plan), want[i]), name
+
+
+def test_cut_documents_need_a_process_group():
+    q, k, v, _, cu = make_pack([600, 40, 30], 2, 2, 64, seed=1, device="cpu")
+    plan = plan_shards(cu, 2)
+    with pytest.raises(FlamiaError, match="initialized torch.distributed"):
+        attention(shard(q, plan, 0), shard(k, plan, 0), shard(v, plan, 0), plan, 0)
