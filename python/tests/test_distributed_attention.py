@@ -87,7 +87,7 @@ def test_cp_bench_runs_on_a_cpu_group(tmp_path):
 
 
 
-def _rank_main(rank, world, init_file, out_dir, lengths, recipe):
+def _rank_main(rank, world, init_file, out_dir, lengths, recipe, causal):
     # One rank of a gloo group on the CPU specification: its output and gradients to a file.
     import torch.distributed as dist
 
@@ -95,13 +95,15 @@ def _rank_main(rank, world, init_file, out_dir, lengths, recipe):
     q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=9, device="cpu")
     plan = plan_shards(cu, world)
     res = step(*[shard(x, plan, rank) for x in (q, k, v, dout)],
-               lambda q, k, v: attention(q, k, v, plan, rank, recipe=recipe))
+               lambda q, k, v: attention(q, k, v, plan, rank, causal=causal, recipe=recipe))
     torch.save(res, f"{out_dir}/rank{rank}.pt")
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("world_size,lengths", [(2, [600, 40, 30]), (3, [40, 900, 70, 25])])
-def test_cut_documents_are_gathered_and_stay_bitwise(tmp_path, world_size, lengths):
+@pytest.mark.parametrize("world_size,lengths,recipe,causal", [(2, [600, 40, 30], "fp8", True),
+                                                               (3, [40, 900, 70, 25], "fp8", True),
+                                                               (2, [600, 40, 30], "fp8_mixed", False)])
+def test_cut_documents_are_gathered_and_stay_bitwise(tmp_path, world_size, lengths, recipe, causal):
     # The plan cuts the long document into chunks on several ranks; each rank gathers it whole
     # (q, k, v, and dO in the backward) over a gloo group and keeps its own rows.
     import torch.multiprocessing as mp
@@ -109,8 +111,9 @@ def test_cut_documents_are_gathered_and_stay_bitwise(tmp_path, world_size, lengt
     q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=9, device="cpu")
     plan = plan_shards(cu, world_size)
     assert plan.split_docs and sum(1 for rs in plan.ranks for s in rs.segments if s.doc == plan.split_docs[0]) > 1
-    want = step(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, max(lengths), recipe="fp8"))
-    mp.spawn(_rank_main, args=(world_size, str(tmp_path / "init"), str(tmp_path), lengths, "fp8"),
+    want = step(q, k, v, dout,
+                lambda q, k, v: flamia.attention(q, k, v, cu, max(lengths), causal=causal, recipe=recipe))
+    mp.spawn(_rank_main, args=(world_size, str(tmp_path / "init"), str(tmp_path), lengths, recipe, causal),
              nprocs=world_size, join=True)
     per_rank = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
     for i, name in enumerate(("out", "dq", "dk", "dv")):
