@@ -14,11 +14,22 @@ from flamia.distributed import balance, plan_shards
 from flamia.workloads import WORKLOADS, long_tailed_lengths
 
 
+PACKS = ("pack-32k", "pack-128k", "pack-512k", "one-128k-doc")
+
+
+def pack_lengths(name: str):
+    """Document lengths of a benchmark pack, or of the two context-parallel ones: pack-512k
+    (the long-tailed recipe of WORKLOADS.md at 524288 tokens, default seed) and one-128k-doc."""
+    if name == "pack-512k":
+        return long_tailed_lengths(524288)
+    if name == "one-128k-doc":
+        return [131072]
+    return list(WORKLOADS[name].lengths)
+
+
 def packs():
-    yield "pack-32k", WORKLOADS["pack-32k"].lengths
-    yield "pack-128k", WORKLOADS["pack-128k"].lengths
-    yield "pack-512k", long_tailed_lengths(524288)  # the recipe of WORKLOADS.md, default seed
-    yield "one-128k-doc", [131072]
+    for name in PACKS:
+        yield name, pack_lengths(name)
 
 
 def main() -> None:

@@ -23,16 +23,8 @@ import torch
 import torch.distributed as dist
 
 import flamia
+from cp_balance import pack_lengths  # tools/: the benchmark packs and the two context-parallel ones
 from flamia.distributed import attention, balance, plan_shards
-from flamia.workloads import WORKLOADS, long_tailed_lengths
-
-
-def pack_lengths(name: str):
-    if name == "pack-512k":
-        return long_tailed_lengths(524288)  # the long-tailed recipe of WORKLOADS.md, default seed
-    if name == "one-128k-doc":
-        return [131072]
-    return list(WORKLOADS[name].lengths)
 
 
 def timed_step(run, iters: int, warmup: int, device: torch.device) -> float:
@@ -97,7 +89,7 @@ def main() -> int:
             cu_list.append(cu_list[-1] + n)
         cu = torch.tensor(cu_list, dtype=torch.int32)
         plan = plan_shards(cu, world)
-        cut = {s.doc for rs in plan.ranks for s in rs.segments if 0 < s.length < plan.doc_length(s.doc)}
+        cut = set(plan.cut_docs)
         # Rows of cut documents each rank sends (all_gather pads to the largest): q, k, v in
         # the forward and dO in the backward travel in BF16.
         width = max(sum(s.length for s in rs.segments if s.doc in cut) for rs in plan.ranks)

@@ -87,6 +87,13 @@ class ShardPlan:
     def num_tokens(self) -> int:
         return self.cu_seqlens[-1]
 
+    @property
+    def cut_docs(self) -> Tuple[int, ...]:
+        """The documents held in more than one chunk: a split document whose first chunk
+        holds it all (shorter than a chunk) stays whole."""
+        return tuple(sorted({seg.doc for rs in self.ranks for seg in rs.segments
+                             if 0 < seg.length < self.doc_length(seg.doc)}))
+
     def doc_length(self, doc: int) -> int:
         return self.cu_seqlens[doc + 1] - self.cu_seqlens[doc]
 
@@ -273,11 +280,6 @@ def balance(plan: ShardPlan, causal: bool = True) -> Balance:
 
 
 # ---- attention ---------------------------------------------------------------------------------
-def _cut_docs(plan: ShardPlan) -> List[int]:
-    """Documents held in several chunks (a split document whose first chunk holds it all is whole)."""
-    return sorted({seg.doc for rs in plan.ranks for seg in rs.segments if 0 < seg.length < plan.doc_length(seg.doc)})
-
-
 @dataclass(frozen=True)
 class _GatherLayout:
     """How a rank assembles its local pack when the plan cuts documents: its whole documents
@@ -377,10 +379,8 @@ class _GatheredAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         lay, dev = ctx.lay, dout.device
-        # dO of the local pack: the rank's own rows of whole documents, the gathered rows of cut ones.
-        full = dout.new_zeros(ctx.out.shape)
-        full.index_copy_(0, lay.own_idx.to(dev), dout.contiguous())
-        full = torch.cat([full[:lay.whole_rows.shape[0]], _gather_cut_rows(dout, lay, ctx.group)])
+        # dO of the local pack, assembled as the forward assembled q, k, v.
+        full = _local_pack(dout.contiguous(), lay, ctx.group)
         want = [x for x in ctx.leaves if x.requires_grad]
         got = iter(torch.autograd.grad(ctx.out, want, full))
         grads = [next(got).index_select(0, lay.own_idx.to(dev)) if x.requires_grad else None for x in ctx.leaves]
@@ -415,7 +415,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causa
         if x.shape[0] != rs.num_tokens:
             raise FlamiaError(f"flamia.distributed.attention: {name} must have rank {rank}'s {rs.num_tokens} rows "
                               f"(shard(x, plan, rank)), got shape {tuple(x.shape)}")
-    cut = _cut_docs(plan)
+    cut = plan.cut_docs
     if cut:
         import torch.distributed as dist
 

@@ -62,6 +62,23 @@ def grads(q, k, v, cu, max_seqlen, dout, **kw) -> Tuple:
     return out, lse, dq, dk, dv
 
 
+def out_and_grads(q, k, v, dout, run) -> Tuple:
+    """(out, dq, dk, dv) of out = run(q, k, v) on fresh leaves, backward from dout."""
+    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    out = run(q, k, v)
+    out.backward(dout)
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+def assert_shards_equal(per_rank: Sequence[Tuple], plan, want: Tuple) -> None:
+    """Every rank's (out, dq, dk, dv), unsharded with plan, equals want bit for bit."""
+    import torch
+    from flamia.distributed import unshard
+
+    for i, name in enumerate(("out", "dq", "dk", "dv")):
+        assert torch.equal(unshard([res[i] for res in per_rank], plan), want[i]), name
+
+
 def assert_same_or_within_spread(a, b, runs: List, name: str):
     """Bitwise equality when the reference runs are reproducible; otherwise (float atomics)
     |a - b| within 4x the run-to-run spread of the reference."""

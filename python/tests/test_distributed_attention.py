@@ -10,19 +10,13 @@ torch = pytest.importorskip("torch")
 
 import flamia  # noqa: E402
 from flamia import FlamiaError  # noqa: E402
-from flamia.distributed import attention, plan_shards, shard, unshard  # noqa: E402
-from flamia_testutil import make_pack  # noqa: E402
+from flamia.distributed import attention, plan_shards, shard  # noqa: E402
+from flamia_testutil import assert_shards_equal, make_pack, out_and_grads  # noqa: E402
 
 # Twelve short documents: none has more than half a rank's mean causal work at P <= 3, so
 # the plan keeps every document whole (asserted below, the premise of the test).
 LENGTHS = [64, 80, 33, 71, 50, 77, 45, 60, 70, 39, 58, 66]
 
-
-def step(q, k, v, dout, run):
-    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
-    out = run(q, k, v)
-    out.backward(dout)
-    return out.detach(), q.grad, k.grad, v.grad
 
 
 @pytest.mark.parametrize("recipe", ["fp8", "fp8_mixed"])
@@ -31,14 +25,12 @@ def test_ranks_compute_the_single_pack_result_bitwise(world_size, recipe):
     q, k, v, dout, cu = make_pack(LENGTHS, 4, 2, 64, seed=7, device="cpu")
     plan = plan_shards(cu, world_size)
     assert plan.split_docs == () and all(rs.num_tokens > 0 for rs in plan.ranks)
-    want = step(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, max(LENGTHS), recipe=recipe))
+    want = out_and_grads(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, max(LENGTHS), recipe=recipe))
     per_rank = []
     for r in range(world_size):
         loc = [shard(x, plan, r) for x in (q, k, v, dout)]
-        per_rank.append(step(*loc, lambda q, k, v: attention(q, k, v, plan, r, recipe=recipe)))
-    for i, name in enumerate(("out", "dq", "dk", "dv")):
-        got = unshard([res[i] for res in per_rank], plan)
-        assert torch.equal(got, want[i]), name
+        per_rank.append(out_and_grads(*loc, lambda q, k, v: attention(q, k, v, plan, r, recipe=recipe)))
+    assert_shards_equal(per_rank, plan, want)
 
 
 def test_inputs_must_be_the_ranks_shards():
@@ -58,11 +50,10 @@ def test_documents_shorter_than_a_chunk_run_whole_and_empty_ranks_too():
     q, k, v, dout, cu = make_pack([40, 30], 2, 2, 64, seed=1, device="cpu")
     plan = plan_shards(cu, 4)
     assert plan.split_docs == (0, 1) and [rs.num_tokens for rs in plan.ranks] == [70, 0, 0, 0]
-    want = step(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, 40))
-    per_rank = [step(*[shard(x, plan, r) for x in (q, k, v, dout)],
-                     lambda q, k, v, r=r: attention(q, k, v, plan, r)) for r in range(4)]
-    for i in range(4):
-        assert torch.equal(unshard([res[i] for res in per_rank], plan), want[i])
+    want = out_and_grads(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, 40))
+    per_rank = [out_and_grads(*[shard(x, plan, r) for x in (q, k, v, dout)],
+                              lambda q, k, v, r=r: attention(q, k, v, plan, r)) for r in range(4)]
+    assert_shards_equal(per_rank, plan, want)
 
 
 def test_cp_bench_runs_on_a_cpu_group(tmp_path):
@@ -94,8 +85,8 @@ def _rank_main(rank, world, init_file, out_dir, lengths, recipe, causal):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=9, device="cpu")
     plan = plan_shards(cu, world)
-    res = step(*[shard(x, plan, rank) for x in (q, k, v, dout)],
-               lambda q, k, v: attention(q, k, v, plan, rank, causal=causal, recipe=recipe))
+    res = out_and_grads(*[shard(x, plan, rank) for x in (q, k, v, dout)],
+                        lambda q, k, v: attention(q, k, v, plan, rank, causal=causal, recipe=recipe))
     torch.save(res, f"{out_dir}/rank{rank}.pt")
     dist.destroy_process_group()
 
@@ -110,14 +101,13 @@ def test_cut_documents_are_gathered_and_stay_bitwise(tmp_path, world_size, lengt
 
     q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=9, device="cpu")
     plan = plan_shards(cu, world_size)
-    assert plan.split_docs and sum(1 for rs in plan.ranks for s in rs.segments if s.doc == plan.split_docs[0]) > 1
-    want = step(q, k, v, dout,
-                lambda q, k, v: flamia.attention(q, k, v, cu, max(lengths), causal=causal, recipe=recipe))
+    assert plan.cut_docs == plan.split_docs != ()  # the long document is held in chunks
+    want = out_and_grads(q, k, v, dout,
+                         lambda q, k, v: flamia.attention(q, k, v, cu, max(lengths), causal=causal, recipe=recipe))
     mp.spawn(_rank_main, args=(world_size, str(tmp_path / "init"), str(tmp_path), lengths, recipe, causal),
              nprocs=world_size, join=True)
     per_rank = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
-    for i, name in enumerate(("out", "dq", "dk", "dv")):
-        assert torch.equal(unshard([res[i] for res in per_rank], plan), want[i]), name
+    assert_shards_equal(per_rank, plan, want)
 
 
 def test_cut_documents_need_a_process_group():

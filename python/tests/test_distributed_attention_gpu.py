@@ -6,20 +6,14 @@ sits in the pack or what else is there)."""
 
 import pytest
 
-from flamia_testutil import make_pack, require_gpu
+from flamia_testutil import assert_shards_equal, make_pack, out_and_grads, require_gpu
 
 torch = require_gpu()
 
 import flamia  # noqa: E402
-from flamia.distributed import attention, plan_shards, shard, unshard  # noqa: E402
+from flamia.distributed import attention, plan_shards, shard  # noqa: E402
 from flamia.workloads import long_tailed_lengths  # noqa: E402
 
-
-def step(q, k, v, dout, run):
-    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
-    out = run(q, k, v)
-    out.backward(dout)
-    return out.detach(), q.grad, k.grad, v.grad
 
 
 @pytest.mark.parametrize("recipe", ["fp8", "fp8_mixed"])
@@ -28,11 +22,10 @@ def test_ranks_compute_the_single_pack_result_bitwise(world_size, recipe):
     lengths = long_tailed_lengths(131072)  # pack-128k: 107 documents, none cut at P = 2 or 3
     q, k, v, dout, cu = make_pack(lengths, 8, 2, 128, seed=5)
     plan = plan_shards(cu.cpu(), world_size)
-    assert not [s for rs in plan.ranks for s in rs.segments if 0 < s.length < plan.doc_length(s.doc)]
-    want = step(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, max(lengths), recipe=recipe))
+    assert plan.cut_docs == ()
+    want = out_and_grads(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, max(lengths), recipe=recipe))
     per_rank = []
     for r in range(world_size):
         loc = [shard(x, plan, r) for x in (q, k, v, dout)]
-        per_rank.append(step(*loc, lambda q, k, v, r=r: attention(q, k, v, plan, r, recipe=recipe)))
-    for i, name in enumerate(("out", "dq", "dk", "dv")):
-        assert torch.equal(unshard([res[i] for res in per_rank], plan), want[i]), name
+        per_rank.append(out_and_grads(*loc, lambda q, k, v, r=r: attention(q, k, v, plan, r, recipe=recipe)))
+    assert_shards_equal(per_rank, plan, want)

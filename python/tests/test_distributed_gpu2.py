@@ -5,24 +5,18 @@ and gradients are the shards of single-GPU flamia.attention, bit for bit. Needs 
 
 import pytest
 
-from flamia_testutil import make_pack, require_gpu
+from flamia_testutil import assert_shards_equal, make_pack, out_and_grads, require_gpu
 
 torch = require_gpu()
 if torch.cuda.device_count() < 2:
     pytest.skip("needs two GPUs", allow_module_level=True)
 
 import flamia  # noqa: E402
-from flamia.distributed import attention, plan_shards, shard, unshard  # noqa: E402
+from flamia.distributed import attention, plan_shards, shard  # noqa: E402
 from flamia.workloads import long_tailed_lengths  # noqa: E402
 
 LENGTHS = long_tailed_lengths(32768, seed=3) + [24576]  # the last document is cut at P = 2
 
-
-def step(q, k, v, dout, run):
-    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
-    out = run(q, k, v)
-    out.backward(dout)
-    return tuple(t.detach().cpu() for t in (out, q.grad, k.grad, v.grad))
 
 
 def _rank_main(rank, init_file, out_dir, recipe):
@@ -36,9 +30,9 @@ def _rank_main(rank, init_file, out_dir, recipe):
     dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=2)
     q, k, v, dout, cu = make_pack(LENGTHS, 8, 2, 128, seed=4, device=f"cuda:{rank}")
     plan = plan_shards(cu.cpu(), 2)
-    res = step(*[shard(x, plan, rank) for x in (q, k, v, dout)],
-               lambda q, k, v: attention(q, k, v, plan, rank, recipe=recipe))
-    torch.save(res, f"{out_dir}/rank{rank}.pt")
+    res = out_and_grads(*[shard(x, plan, rank) for x in (q, k, v, dout)],
+                        lambda q, k, v: attention(q, k, v, plan, rank, recipe=recipe))
+    torch.save(tuple(t.cpu() for t in res), f"{out_dir}/rank{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -48,9 +42,9 @@ def test_two_gpus_give_the_single_gpu_result_bitwise(tmp_path, recipe):
 
     q, k, v, dout, cu = make_pack(LENGTHS, 8, 2, 128, seed=4, device="cuda:0")
     plan = plan_shards(cu.cpu(), 2)
-    assert len(LENGTHS) - 1 in plan.split_docs
-    want = step(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, max(LENGTHS), recipe=recipe))
+    assert plan.cut_docs == (len(LENGTHS) - 1,)
+    want = tuple(t.cpu() for t in out_and_grads(
+        q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, max(LENGTHS), recipe=recipe)))
     mp.spawn(_rank_main, args=(str(tmp_path / "init"), str(tmp_path), recipe), nprocs=2, join=True)
     per_rank = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
-    for i, name in enumerate(("out", "dq", "dk", "dv")):
-        assert torch.equal(unshard([res[i] for res in per_rank], plan), want[i]), name
+    assert_shards_equal(per_rank, plan, want)
