@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Summarize an Nsight Compute source page (CSV, one row per SASS instruction).
+
+    python3 tools/stall_summary.py sass_dkdv_kernel.csv [--top 40]
+
+Prints the columns found, the stall samples per opcode (all samples and not-issued samples,
+with the executed warp instructions), and the instructions with the most samples with
+their neighbours' opcodes, so that a stall can be traced to the dependency that causes it.
+Column names differ between Nsight Compute versions, so they are matched by substring.
+"""
+import argparse
+import csv
+import sys
+from collections import defaultdict
+
+
+def number(text):
+    try:
+        return float(text.replace(",", "")) if text not in ("", None) else 0.0
+    except ValueError:
+        return 0.0
+
+
+def pick(header, *needles, avoid=()):
+    for i, name in enumerate(header):
+        low = name.lower()
+        if all(n in low for n in needles) and not any(a in low for a in avoid):
+            return i
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--top", type=int, default=40)
+    args = ap.parse_args()
+    with open(args.csv, newline="") as f:
+        rows = [r for r in csv.reader(f)]
+    start = next((i for i, r in enumerate(rows) if any("Source" == c or "Address" == c for c in r)), None)
+    if start is None:
+        sys.exit("no header with 'Source' or 'Address' found; first lines: %r" % rows[:3])
+    header, body = rows[start], [r for r in rows[start + 1:] if len(r) == len(rows[start])]
+    print("columns:", " | ".join(header))
+    src = pick(header, "source")
+    addr = pick(header, "address")
+    samples = pick(header, "sampling", "all")
+    not_issued = pick(header, "sampling", "not")
+    executed = pick(header, "instructions executed", avoid=("predicated",))
+    if src is None or samples is None:
+        sys.exit("missing the source or the stall sampling column")
+    reasons = [i for i, n in enumerate(header) if n.lower().startswith("stall") or "stall_" in n.lower()]
+    total = sum(number(r[samples]) for r in body) or 1.0
+    by_op = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
+    for r in body:
+        text = r[src].strip()
+        op = text.split()[0] if text else "?"
+        if op.startswith("@"):
+            op = text.split()[1] if len(text.split()) > 1 else op
+        op = op.split(".")[0]
+        e = by_op[op]
+        e[0] += number(r[samples])
+        e[1] += number(r[not_issued]) if not_issued is not None else 0.0
+        e[2] += number(r[executed]) if executed is not None else 0.0
+        e[3] += 1
+    print("\nsamples by opcode (share of all samples, not-issued samples, executed warp instructions, static count):")
+    for op, (s, n, x, c) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:30]:
+        print(f"  {op:14s} {100 * s / total:6.2f} %  not-issued {n:10.0f}  executed {x:12.0f}  static {c}")
+    if reasons:
+        print("\nsamples by reason (all instructions):")
+        sums = [(header[i], sum(number(r[i]) for r in body)) for i in reasons]
+        for name, s in sorted(sums, key=lambda t: -t[1])[:14]:
+            print(f"  {name:50s} {s:12.0f}")
+    print(f"\ntop {args.top} instructions by samples (with the reasons above 10 % of the row):")
+    order = sorted(range(len(body)), key=lambda i: -number(body[i][samples]))[: args.top]
+    for i in sorted(order):
+        r = body[i]
+        why = ""
+        if reasons:
+            row_total = sum(number(r[j]) for j in reasons) or 1.0
+            why = ", ".join(f"{header[j].replace('stall_', '')} {100 * number(r[j]) / row_total:.0f}%"
+                            for j in sorted(reasons, key=lambda j: -number(r[j]))
+                            if number(r[j]) > 0.1 * row_total)
+        where = r[addr] if addr is not None else str(i)
+        print(f"  {where:>8s} {100 * number(r[samples]) / total:5.2f} %  {r[src].strip()[:60]:60s} {why}")
+
+
+if __name__ == "__main__":
+    main()
