@@ -189,13 +189,30 @@ FLAMIA_HD float pow2_scale(float amax, float max_elem = E4M3::kMax) {
   return exp2i(pow2_scale_exponent(amax, max_elem));
 }
 
+// pow2_scale(amax) for E4M3's maximum (448 = 1.75 * 2^8) in a few integer operations and
+// selects, no branch: the same value for every float (tests/cpu/test_formats.cpp), for the
+// kernels, where pow2_scale's branches and loop sat in the hot loops (docs/PERFORMANCE.md
+// v17). Adding 0x1fffff to the bits carries into the exponent exactly when the mantissa
+// exceeds 1.75's (0x600000), i.e. when amax > 1.75 * 2^ea; the biased exponent minus 8 is
+// then the scale's, clamped to [kScaleExpMin, kScaleExpMax] (subnormal amax: the minimum).
+FLAMIA_HD float pow2_scale_e4m3(float amax) {
+  const uint32_t ua = f32_bits(amax);
+  int eb = int((ua + 0x1fffffu) >> 23) - 8;  // for 0 <= amax < Inf
+  eb = eb < kScaleExpMin + 127 ? kScaleExpMin + 127 : eb;
+  eb = eb > kScaleExpMax + 127 ? kScaleExpMax + 127 : eb;
+  uint32_t r = uint32_t(eb) << 23;
+  r = (ua >> 31) != 0u ? uint32_t(kScaleExpMin + 127) << 23 : r;  // negative, -0
+  r = (ua & 0x7fffffffu) >= 0x7f800000u ? 0x7fc00000u : r;          // Inf, NaN
+  return bits_f32(r);
+}
+
 // 1/s, exactly, for a scale s = 2^e with e in [kScaleExpMin, kScaleExpMax] (pow2_scale's
 // range) or NaN: the biased exponent is mirrored, no division or reciprocal unit needed
-// (2^127's inverse, 2^-127, is subnormal; NaN stays NaN).
+// (2^127's inverse, 2^-127, is subnormal; NaN stays NaN). Selects only, as above.
 FLAMIA_HD float pow2_reciprocal(float s) {
   const uint32_t b = f32_bits(s);
-  if (b >= 0x7f000000u) return b == 0x7f000000u ? bits_f32(0x00400000u) : s;
-  return bits_f32(0x7f000000u - b);
+  const uint32_t r = b > 0x7f000000u ? b : 0x7f000000u - b;
+  return bits_f32(b == 0x7f000000u ? 0x00400000u : r);
 }
 
 // Quantize one element given its (power-of-two) scale: e4m3_rn_satfinite(x / s).

@@ -204,7 +204,7 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
 #pragma unroll
     for (int off = kLanesPerRow / 2; off > 0; off >>= 1)
       amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const float scale = fmt::pow2_scale(__uint_as_float(amax << 16));
+    const float scale = fmt::pow2_scale_e4m3(__uint_as_float(amax << 16));
     // A non-finite row keeps its NaN scale, which carries the NaN into every product the
     // token takes part in, but gets zero codes: NaN codes would also reach the rows that
     // merely mask this token out, through 0 * NaN inside an MMA.

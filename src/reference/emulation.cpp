@@ -252,9 +252,11 @@ struct ForwardContext {
 };
 
 bool running_p_scale(PScale r) { return r == PScale::RunningMax || r == PScale::RunningKeys; }
+bool key_p_scale(PScale r) { return r == PScale::TileKeys || r == PScale::RunningKeys; }
 
 // P's per-row scale sigma for one key tile (ALGORITHM.md §2 step 5, §7). x: the tile's
-// p_j * sv[j] over its visible keys (>= 0 or NaN, so the float maximum orders like |x|);
+// p_j * sv[j] over its visible keys (>= 0 or NaN, so the float maximum orders like |x|;
+// read by the max rules only);
 // sv: their V scales; alpha, pm: the tile's rescale factor and largest possible p;
 // bound: X or Y of the running rules, updated (0 before the first tile, where alpha = 0).
 float p_scale(const ForwardOptions& o, const float* x, const float* sv, int w, float alpha, float pm,
@@ -316,17 +318,22 @@ void visit_tiles(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     for (int j = 0; j < w; ++j) rowsum += p_buf[j];
     l = tile_local ? l * alpha + beta * rowsum : l * alpha + rowsum;
     // 5. fold V's scale into P, round P for the PV matmul.
-    for (int j = 0; j < w; ++j) {
-      sv_buf[j] = cx.v->s(base + n0 + j, kvh);
-      p_buf[j] *= sv_buf[j];
-    }
+    for (int j = 0; j < w; ++j) sv_buf[j] = cx.v->s(base + n0 + j, kvh);
     float sigma_t = 1.0f;
-    if (fp8) {
+    if (fp8 && key_p_scale(opt.p_scale)) {
+      // The key rules know sigma before any p: codes e4m3(p_j * (sv[j] / sigma)), sv[j] / sigma
+      // exact (powers of two), so that a kernel can scale the keys once for all rows.
       const float pm = std::exp2(std::fmaf(m_new, c, -mc));  // >= every p_j of the tile
+      sigma_t = p_scale(opt, nullptr, sv_buf, w, alpha, pm, &bound);
+      const float inv = 1.0f / sigma_t;
+      for (int j = 0; j < w; ++j) p_buf[j] = fmt::e4m3_to_f32(fmt::e4m3_rn_sat(p_buf[j] * (sv_buf[j] * inv)));
+    } else if (fp8) {
+      for (int j = 0; j < w; ++j) p_buf[j] *= sv_buf[j];
+      const float pm = std::exp2(std::fmaf(m_new, c, -mc));
       sigma_t = p_scale(opt, p_buf, sv_buf, w, alpha, pm, &bound);
       for (int j = 0; j < w; ++j) p_buf[j] = fmt::e4m3_to_f32(fmt::quantize_e4m3(p_buf[j], sigma_t));
     } else {
-      for (int j = 0; j < w; ++j) p_buf[j] = fmt::round_bf16(p_buf[j]);
+      for (int j = 0; j < w; ++j) p_buf[j] = fmt::round_bf16(p_buf[j] * sv_buf[j]);
     }
     // 6. the tile's products. Wgmma: per output element, the chain of steps over the tile's
     // keys in ascending order (the kernel's P operand holds keys 32 s .. 32 s + 31 in step s;

@@ -65,7 +65,7 @@ struct Arithmetic {
   Accumulation bwd = Accumulation::Wgmma; // the backward's dP over D and its dV, dK, dQ tile products
 };
 
-// Options for a faster forward (docs/ALGORITHM.md §7); the defaults are §2 as written.
+// Options of the forward (docs/ALGORITHM.md §7); the defaults are §2 as written.
 //
 // How each key tile's P·V product reaches O's accumulator (§2 step 6).
 enum class PvFold {
@@ -77,11 +77,12 @@ enum class PvFold {
 // How P's per-row scale sigma is chosen for a key tile (§2 step 5). x_j = p_j * sv[j];
 // pm = exp2(fmaf(m_new, c, -mc)) is the largest p_j the tile can have (p_j <= pm since
 // S_j <= m_new; pm is 1 up to the rounding of m_new * c).
+// The key rules quantize p_j * (sv[j] / sigma), the max rules x_j / sigma.
 enum class PScale {
-  TileMax,      // pow2_scale(max_j x_j) over the tile's visible keys (§2 as written)
+  TileMax,      // pow2_scale(max_j x_j) over the tile's visible keys (the reference GPU kernels)
   RunningMax,   // pow2_scale(X), X = max(alpha * X_prev, max_j x_j): bounds every key seen so far
-  TileKeys,     // option B: pow2_scale(pm * max_j sv[j]) over the tile's visible keys: no max over scores
-  RunningKeys   // option B: pow2_scale(Y), Y = max(alpha * Y_prev, pm * max_j sv[j])
+  TileKeys,     // pow2_scale(pm * max_j sv[j]) over the tile's visible keys: no max over scores (§2)
+  RunningKeys   // pow2_scale(Y), Y = max(alpha * Y_prev, pm * max_j sv[j])
 };
 
 // What P of a key tile is taken against (§2 step 3). Running: the row's running maximum over
@@ -94,7 +95,7 @@ enum class PRef { Running, Tile };
 struct ForwardOptions {
   PRef p_ref = PRef::Running;
   PvFold fold = PvFold::Fresh;
-  PScale p_scale = PScale::TileMax;
+  PScale p_scale = PScale::TileKeys;
   int p_headroom_log2 = 0;  // sigma times 2^k, k in [0, 8]: P8 stays below 448 / 2^k
 };
 

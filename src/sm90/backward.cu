@@ -410,7 +410,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   for (int n = 0; n < 8; ++n) sdo_max = fmaxf(sdo_max, fmaxf(sdo[8 * n + 2 * q], sdo[8 * n + 2 * q + 1]));
   sdo_max = fmaxf(sdo_max, __shfl_xor_sync(0xffffffffu, sdo_max, 1));
   sdo_max = fmaxf(sdo_max, __shfl_xor_sync(0xffffffffu, sdo_max, 2));
-  const float sigma = fmt::pow2_scale(sdo_max), inv_sigma = fmt::pow2_reciprocal(sigma);
+  const float sigma = fmt::pow2_scale_e4m3(sdo_max), inv_sigma = fmt::pow2_reciprocal(sigma);
   wgmma::wait<0>();
   wgmma::pin(s);
   wgmma::pin(dp);

@@ -8,7 +8,8 @@
 // Key tiles of 64 are visited in increasing order (the online softmax's rounding depends on
 // it): K [64][D] and Vᵀ [D][64] tiles plus sk/sv arrive by cp.async, double-buffered.
 // Per tile: S = Q Kᵀ (FP32) * sq * sk, masks, online softmax, fold sv into p, per-row
-// sigma, p8 = q8(p * sv, sigma), and O = O * alpha + sigma * (p8 · Vᵀ tile).
+// sigma, p8 = q8(p * sv, sigma) with sigma from the row maximum of p * sv (ALGORITHM.md §7
+// TileMax, this reference kernel's rule), and O = O * alpha + sigma * (p8 · Vᵀ tile).
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -198,6 +199,8 @@ int forward_block_n() {
 }
 
 bool forward_is_wgmma() { return selected_kernel() != Kernel::kMmaSync; }
+
+bool forward_p_scale_from_keys() { return selected_kernel() == Kernel::kFast; }
 
 cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse) {
   const Kernel kernel = selected_kernel();

@@ -7,7 +7,8 @@
 //
 // Per key tile:
 //   S = Q Kᵀ         wgmma m64n64k32, Q and K tiles in shared memory, D/32 k-steps;
-//   softmax, fold sv, sigma, p8 = q8(p * sv, sigma) in registers (no shuffles: Vᵀ is stored
+//   softmax, fold sv, sigma (the row maximum of p * sv: ALGORITHM.md §7 TileMax),
+//                    p8 = q8(p * sv, sigma) in registers (no shuffles: Vᵀ is stored
 //                    in fragment order, layout.cuh);
 //   p8 Vᵀ            wgmma m64nDk32 with A = p8 from registers, 2 k-steps (32 keys each);
 //   acc = acc * alpha + sigma * (p8 Vᵀ).

@@ -37,6 +37,9 @@ int forward_block_n();
 // Whether that forward issues S and P·V as wgmma (false: the mma.sync reference forward,
 // which sums in FP32).
 bool forward_is_wgmma();
+// Whether the selected forward takes P's scale from the keys' V scales (ALGORITHM.md §2, the
+// fast kernel) rather than from the maximum of p * sv (§7 TileMax, the reference kernels).
+bool forward_p_scale_from_keys();
 
 size_t qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                   flamia_recipe recipe, bool for_backward);

@@ -457,6 +457,29 @@ TEST(FormatsScale, Pow2ScaleSpecialValues) {
   EXPECT_EQ(fmt::pow2_scale_exponent(std::ldexp(1.0f, -100)), -108);
 }
 
+// The kernels' select-only form equals pow2_scale bit for bit: every exponent with the
+// mantissas around 1.75 (where the rounding up happens), a stride through all 2^32 bit
+// patterns (both signs, subnormals, Inf, NaN payloads), and the special values.
+TEST(FormatsScale, Pow2ScaleE4m3IsPow2Scale) {
+  auto same = [](float a) {
+    const float x = fmt::pow2_scale(a), y = fmt::pow2_scale_e4m3(a);
+    return std::isnan(x) ? std::isnan(y) : fmt::f32_bits(x) == fmt::f32_bits(y);
+  };
+  for (uint32_t e = 0; e < 256; ++e)
+    for (uint32_t m : {0u, 1u, 0x5fffffu, 0x600000u, 0x600001u, 0x7fffffu})
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        const float a = fmt::bits_f32(sign | (e << 23) | m);
+        ASSERT_TRUE(same(a)) << std::hexfloat << a;
+      }
+  for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 4093) {
+    const float a = fmt::bits_f32(uint32_t(b));
+    ASSERT_TRUE(same(a)) << std::hexfloat << a;
+  }
+  for (float a : {0.0f, -0.0f, kInf, -kInf, kNaN, std::numeric_limits<float>::denorm_min(),
+                  std::numeric_limits<float>::min(), std::numeric_limits<float>::max(), 448.0f, 224.0f})
+    EXPECT_TRUE(same(a)) << a;
+}
+
 TEST(FormatsScale, Pow2ReciprocalIsExactOverTheScaleRange) {
   for (int e = fmt::kScaleExpMin; e <= fmt::kScaleExpMax; ++e) {
     const float s = std::ldexp(1.0f, e);

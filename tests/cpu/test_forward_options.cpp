@@ -38,10 +38,10 @@ struct Named {
 
 // The options as docs/NUMERICS.md §7 measures them.
 std::vector<Named> option_variants() {
-  EmulationConfig tile_local;
+  EmulationConfig tile_local = options(PvFold::Fresh, PScale::TileMax);
   tile_local.fwd.p_ref = PRef::Tile;
   return {{"tile-local P", tile_local},
-          {"B tile keys", options(PvFold::Fresh, PScale::TileKeys)},
+          {"tile max (reference kernels)", options(PvFold::Fresh, PScale::TileMax)},
           {"A running max", options(PvFold::Chained, PScale::RunningMax)},
           {"A+B running keys", options(PvFold::Chained, PScale::RunningKeys)},
           {"A+B headroom 2", options(PvFold::Chained, PScale::RunningKeys, 2)}};
@@ -258,7 +258,7 @@ Outputs run_chunked(const Pack& pk, const EmulationConfig& cfg, int chunk) {
 TEST(ForwardOptions, TileLocalPChunksMergeToTheOnePassResult) {
   const Pack pk = random_pack({1, 64, 65, 300, 190}, 2, 1, 64, true, 61);
   for (int chunk : {64, 96}) {
-    EmulationConfig tile_local, running;
+    EmulationConfig tile_local = options(PvFold::Fresh, PScale::TileMax), running;
     tile_local.fwd.p_ref = PRef::Tile;
     for (EmulationConfig* cfg : {&tile_local, &running}) cfg->tiling.fwd_block_n = 32;
     SCOPED_TRACE("chunk " + std::to_string(chunk));

@@ -327,6 +327,9 @@ ref::EmulationConfig spec_config(const Case& c) {
   const auto acc = flamia::sm90::forward_is_wgmma() ? ref::Accumulation::Wgmma : ref::Accumulation::Fp32;
   cfg.arith.s = acc;
   cfg.arith.pv = acc;
+  // The fast forward takes P's scale from the keys' V scales (§2); the reference kernels
+  // from the maximum of p * sv (ALGORITHM.md §7, TileMax).
+  if (!flamia::sm90::forward_p_scale_from_keys()) cfg.fwd.p_scale = ref::PScale::TileMax;
   return cfg;
 }
 

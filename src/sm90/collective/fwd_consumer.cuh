@@ -2,7 +2,8 @@
 // tiles the producer streams in (ALGORITHM.md §2). Per key tile:
 //   S = Q Kᵀ          wgmma m64n128k32, D/32 k-steps chained in the accumulator, ascending k
 //                     (the definition of S the backward shares);
-//   softmax           fwd_softmax.cuh: online max/sum, p8 = q8(p * sv, sigma);
+//   softmax           fwd_softmax.cuh: online max/sum, p8 = e4m3(p * (sv / sigma)), sigma
+//                     from the keys' V scales (the key-scale warp's, fwd_producer.cuh);
 //   fresh = p8 Vᵀ     wgmma m64nDk32 with A = p8 from registers, 4 k-steps (128 keys) into a
 //                     fresh accumulator;
 //   acc = acc * alpha + sigma * fresh    (FP32; sigma * fresh is exact, so one FMUL + FFMA).
@@ -38,7 +39,7 @@ template <int D>
 __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, uint32_t base, int consumer_idx) {
   using P = Plan<D>;
   const uint32_t q_full = base + P::kBarriers, q_empty = q_full + 8;
-  const uint32_t full0 = q_empty + 8, empty0 = full0 + 8 * P::kStages;
+  const uint32_t full0 = q_empty + 8, empty0 = full0 + 8 * P::kStages, ready0 = empty0 + 8 * P::kStages;
   const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, q = lane & 3;
   const uint32_t q_tile = base + P::kQ + consumer_idx * P::kQTile;
@@ -80,13 +81,16 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     };
     auto softmax = [&](ScoreTile& sc, int n, TileP& tp) {
       if (n + 1 == item.num_key_tiles && lane == 0) mbar::arrive(q_empty);  // Q no longer read
-      const float* sk = reinterpret_cast<const float*>(smem + P::stage(stage_of(n)) + P::kSk);
-      const float* sv = reinterpret_cast<const float*>(smem + P::stage(stage_of(n)) + P::kSv);
+      mbar::wait(ready0 + 8 * stage_of(n), phase_of(n));  // the key-scale warp's values
+      const uint8_t* st = smem + P::stage(stage_of(n));
+      const KeyScales ks{reinterpret_cast<const float*>(st + P::kSk), reinterpret_cast<const float*>(st + P::kSv),
+                         reinterpret_cast<const float*>(st + P::kSvn), reinterpret_cast<const float*>(st + P::kYpre),
+                         *reinterpret_cast<const float*>(st + P::kSigma)};
       const int n0 = n * P::kBlockN;
       if (mask_needed_for_query_rows(mask, dt.tile, n, P::kBlockN))
-        softmax_tile<true>(sc, sk, sv, sq, sqc, mask, i0, n0, p.c, rows, tp);
+        softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
       else
-        softmax_tile<false>(sc, sk, sv, sq, sqc, mask, i0, n0, p.c, rows, tp);
+        softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
     };
 
     // Software pipeline over the key tiles: tile n's P·V and tile n + 1's S are issued in one

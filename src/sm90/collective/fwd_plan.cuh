@@ -1,6 +1,7 @@
 // The fast forward's shape: roles, tiles, pipeline depth and shared-memory plan, and the
 // kernel parameters. One CTA per SM (persistent); three warpgroups:
-//   warpgroup 0   producer: one warp issues the TMA loads and copies the key scales;
+//   warpgroup 0   producer: one warp issues the TMA loads and copies the key scales, a
+//                 second derives P's key-rule scale of each tile from them;
 //   warpgroups 1-2 consumers: 64 query rows each of the CTA's 128-row query tile.
 #pragma once
 
@@ -28,9 +29,10 @@ struct Plan {
   // Key/value stages in flight: the producer refills a stage only after both consumers'
   // P·V of it, so two stages leave one tile of slack for the loads; more hide HBM latency.
   static constexpr int kStages = D == 128 ? 3 : 4;
-  // Registers per thread after setmaxnreg: 128 * 24 + 256 * 240 <= 64 K. The consumers hold
-  // O (D/2 per thread), the tile's fresh P·V product (D/2) and the next tile's scores (64,
-  // in flight) at once; the producer warp only issues TMA and copies scales.
+  // Registers per thread after setmaxnreg: 128 * 24 + 256 * 240 = 384 * 168, the CTA's
+  // allocation at launch. The consumers hold O (D/2 per thread), the tile's fresh P·V product
+  // (D/2) and the next tile's scores (64, in flight) at once; the producer warp only issues
+  // TMA and copies scales, the key-scale warp scans 4 scales a lane.
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
 
@@ -46,12 +48,16 @@ struct Plan {
   static constexpr int kScaleBytes = kBlockN * 4;
   static constexpr int kQ = 0;  // consumer c's Q rows at kQ + c * kQTile
   static constexpr int kStage0 = kQ + kConsumers * kQTile;
+  // A stage: K and Vᵀ (TMA), the key scales sk, sv (the producer's cp.async), and what the
+  // key-scale warp derives from sv for P's scale (ALGORITHM.md §2 step 5): svn = sv / sigma of
+  // the whole tile (sk's order), the prefix maxima of sv in key order, and sigma itself.
   static constexpr int kK = 0, kVt = kKTile, kSk = kVt + kVtTile, kSv = kSk + kScaleBytes;
-  static constexpr int kStageBytes = kSv + kScaleBytes;
-  static_assert(kKTile % 1024 == 0 && kVtTile % 1024 == 0 && kStageBytes % 1024 == 0, "aligned tiles");
+  static constexpr int kSvn = kSv + kScaleBytes, kYpre = kSvn + kScaleBytes, kSigma = kYpre + kScaleBytes;
+  static constexpr int kStageBytes = (kSigma + 16 + 1023) / 1024 * 1024;
+  static_assert(kKTile % 1024 == 0 && kVtTile % 1024 == 0, "aligned tiles");
   static constexpr int kBarriers = kStage0 + kStages * kStageBytes;
-  // mbarriers: q_full, q_empty, full[kStages], empty[kStages].
-  static constexpr int kBytes = kBarriers + 8 * (2 + 2 * kStages);
+  // mbarriers: q_full, q_empty, full[kStages], empty[kStages], ready[kStages].
+  static constexpr int kBytes = kBarriers + 8 * (2 + 3 * kStages);
   static constexpr int kAlloc = kBytes + 1024;  // room to align the dynamic base
 
   __host__ __device__ static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
@@ -59,6 +65,7 @@ struct Plan {
   // copies landing; empty / q_empty = every consumer warp once it is done reading.
   static constexpr int kFullArrivals = 1 + 32;
   static constexpr int kEmptyArrivals = kConsumers * 4;
+  static constexpr int kReadyArrivals = 1;  // the key-scale warp, once its lanes wrote
   static constexpr int kTmaBytesPerStage = kKTile + kVtTile;
 };
 

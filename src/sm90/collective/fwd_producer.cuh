@@ -72,6 +72,63 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t base, int lan
   }
 }
 
+// The producer warpgroup's second warp: P's key-rule scale of every key tile (ALGORITHM.md
+// §2 step 5: sigma = pow2_scale(pm * Y), Y the maximum of sv over a row's visible keys of the
+// tile), from the stage's sv once it has landed. It writes the prefix maxima of sv over the
+// tile's keys inside the document (a row's Y is the entry of its last visible key), sigma of
+// the whole tile and svn = sv * (1 / sigma) in the consumers' order, then arrives on the
+// stage's `ready` barrier. Keys past the document enter no maximum (they are no row's
+// visible keys); NaN propagates (max.NaN), as the specification's maximum does.
+// Lane l scans keys 4 l .. 4 l + 3: a scan within the lane, then across lanes.
+template <int D>
+__device__ __forceinline__ void key_scales(const Params& p, uint8_t* smem, uint32_t base, int lane) {
+  using P = Plan<D>;
+  const uint32_t full0 = base + P::kBarriers + 16, ready0 = full0 + 16 * P::kStages;
+  const int items = item_count(p.work) * p.hq;
+  int kv = 0;
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
+    const Item item = item_at(p, w);
+    for (int n = 0; n < item.num_key_tiles; ++n, ++kv) {
+      const int s = kv % P::kStages;
+      mbar::wait(full0 + 8 * s, (kv / P::kStages) & 1);
+      uint8_t* st = smem + P::stage(s);
+      const float* sv = reinterpret_cast<const float*>(st + P::kSv);
+      const int valid = item.dt.len - n * P::kBlockN;  // keys of the tile inside the document (>= 1)
+      float y[4];
+      float run = 0.0f;  // sv > 0: 0 is the maximum of no key
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int j = 4 * lane + k;
+        if (j < valid) run = ptx::max_nan(run, sv[scales_index(j)]);
+        y[k] = run;
+      }
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const float up = __shfl_up_sync(0xffffffffu, run, d);
+        if (lane >= d) run = ptx::max_nan(run, up);
+      }
+      float before = __shfl_up_sync(0xffffffffu, run, 1);
+      if (lane == 0) before = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) y[k] = ptx::max_nan(before, y[k]);
+      *reinterpret_cast<float4*>(st + P::kYpre + 16 * lane) = make_float4(y[0], y[1], y[2], y[3]);
+      const int last = min(valid, P::kBlockN) - 1;
+      const float mine = (last & 3) == 0 ? y[0] : (last & 3) == 1 ? y[1] : (last & 3) == 2 ? y[2] : y[3];
+      const float yt = __shfl_sync(0xffffffffu, mine, last >> 2);  // Y of a row that sees the whole tile
+      const float sigma = fmt::pow2_scale_e4m3(yt), inv = fmt::pow2_reciprocal(sigma);
+      float* svn = reinterpret_cast<float*>(st + P::kSvn);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int at = scales_index(4 * lane + k);
+        svn[at] = __fmul_rn(sv[at], inv);
+      }
+      if (lane == 0) *reinterpret_cast<float*>(st + P::kSigma) = sigma;
+      __syncwarp();
+      if (lane == 0) mbar::arrive(ready0 + 8 * s);
+    }
+  }
+}
+
 }  // namespace fwd
 }  // namespace sm90
 }  // namespace flamia

@@ -6,12 +6,14 @@
 // and the row's scale enters once per row through sqc = sq[i] * c:
 //   S * c = (sum * sq[i] * sk[j]) * c = t * sqc    (all factors but c are powers of two)
 // so fmaf(t, sqc, -mc) rounds the same exact product that fmaf(S, c, -mc) does in the
-// specification, and max_j S_j = sq[i] * max_j t_j. Masked entries are selected away before
-// any maximum, so nothing masked (not even a NaN scale) reaches a result.
+// specification, and max_j S_j = sq[i] * max_j t_j. P's scale follows from the keys' V scales
+// (the key rule), so no maximum over the scores' p is taken. Masked entries are selected away
+// before any maximum, so nothing masked (not even a NaN scale) reaches a result.
 #pragma once
 
 #include <cmath>
 
+#include "common/tiles.h"
 #include "flamia/formats.h"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
@@ -44,16 +46,62 @@ struct TileP {
 // (Measured on H200: 1, 2 and 4 chains time the same within 2 %; docs/PERFORMANCE.md v5.)
 constexpr int kChains = 4;
 
-// s: Q·Kᵀ of the tile (raw sums). sk, sv: the tile's key scales in the producer's per-lane
-// order (scales_index). i0: this lane's first row, n0: the tile's first key, both
-// document-local. Masks per element only when kMask.
-template <bool kMask>
-__device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, const float* sv,
-                                             const float (&sq)[2], const float (&sqc)[2], const DocMask& mask,
-                                             int i0, int n0, float c, RowState& st, TileP& out) {
+// What the stage holds about the tile's keys (fwd_plan.cuh): sk, sv and svn in the consumers'
+// per-lane order (scales_index), the prefix maxima of sv in key order, and sigma of the rows
+// that see the whole tile (the key-scale warp's, fwd_producer.cuh).
+struct KeyScales {
+  const float* sk;
+  const float* sv;
+  const float* svn;   // sv * (1 / sigma)
+  const float* ypre;  // ypre[j] = max of sv over the document's keys n0 .. n0 + j
+  float sigma;
+};
+
+// pm in (0.875, 1.75]: then pow2_scale(pm * Y) = pow2_scale(Y) for every Y a power of two
+// (pow2_scale maps 2^y to 2^(y - 8), 448 = 1.75 * 2^8), so the row's sigma is the tile's.
+// pm = exp2(fmaf(m, c, -fl(m c))) is 1 up to the rounding of m c: it leaves that interval only
+// for |m c| >= 2^21, and NaN (no visible key yet) never is inside.
+__device__ __forceinline__ bool pm_keeps_tile_sigma(float pm) { return pm > 0.875f && pm <= 1.75f; }
+
+// p = exp2(S c - mc), its row sums (the unquantized p) into sum, and in place x = p * (sv /
+// sigma), the value P8 rounds: from svn when every row's sigma is the tile's (kWhole), else
+// from sv and the row's 1 / sigma. sv / sigma is exact (powers of two), so both are the
+// specification's p * (sv / sigma).
+template <bool kMask, bool kWhole>
+__device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks, const float (&sqc)[2],
+                                              const float (&inv)[2], const RowState& st, const DocMask& mask,
+                                              int i0, int n0, float (&sum)[2][kChains]) {
   const int q = lane_id() & 3;
-  const float4* sk4 = reinterpret_cast<const float4*>(sk) + q;  // step m at sk4[4 m]
-  const float4* sv4 = reinterpret_cast<const float4*>(sv) + q;
+  const float4* scale4 = reinterpret_cast<const float4*>(kWhole ? ks.svn : ks.sv) + q;
+#pragma unroll
+  for (int n2 = 0; n2 < 8; ++n2) {
+    const float4 v4 = scale4[4 * n2];
+    const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = 2 * n2 + h;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, k = (2 * n + (e & 1)) % kChains;
+        const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
+        sum[r][k] = __fadd_rn(sum[r][k], p);
+        const float v = vv[2 * h + (e & 1)];
+        float x = __fmul_rn(p, kWhole ? v : __fmul_rn(v, inv[r]));
+        if (kMask && !mask.visible(i0 + 8 * r, n0 + 8 * n + 2 * q + (e & 1))) x = 0.0f;
+        s[n][e] = x;
+      }
+    }
+  }
+}
+
+// s: Q·Kᵀ of the tile (raw sums). ks: the tile's key values (KeyScales). i0: this lane's
+// first row, n0: the tile's first key, both document-local. Masks per element only when kMask.
+template <bool kMask>
+__device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
+                                             const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
+                                             RowState& st, TileP& out) {
+  const int q = lane_id() & 3;
+  const float4* sk4 = reinterpret_cast<const float4*>(ks.sk) + q;  // step m at sk4[4 m]
   float tmax[2][kChains];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
@@ -76,55 +124,48 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, cons
       }
     }
   }
+  float pm[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float tile_max = tmax[r][0];
 #pragma unroll
     for (int k = 1; k < kChains; ++k) tile_max = ptx::max_nan(tile_max, tmax[r][k]);
     const float m_new = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tile_max), sq[r]));
-    st.mc[r] = __fmul_rn(m_new, c);
-    out.alpha[r] = st.m[r] == -INFINITY ? 0.0f : ptx::ex2(__fmaf_rn(st.m[r], c, -st.mc[r]));
+    const float mc_new = __fmul_rn(m_new, c);
+    out.alpha[r] = st.m[r] == -INFINITY ? 0.0f : ptx::ex2(__fmaf_rn(st.m[r], c, -mc_new));
+    pm[r] = ptx::ex2(__fmaf_rn(m_new, c, -mc_new));  // the largest p of the tile
     st.m[r] = m_new;
+    st.mc[r] = mc_new;
   }
-  // p = exp2(S c - mc), row sums of the unquantized p, then x = p * sv[j] (V's scale folded
-  // in: V is summed over j) and its row maximum for sigma. x >= 0 or NaN, so the float
-  // maximum orders like |x|.
-  float sum[2][kChains], xmax[2][kChains];
+  // P's scale (ALGORITHM.md §2 step 5): sigma = pow2_scale(pm * Y), Y the maximum of sv over
+  // the row's visible keys of the tile; for rows that see the whole tile, the tile's.
+  float sum[2][kChains];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int k = 0; k < kChains; ++k) sum[r][k] = xmax[r][k] = 0.0f;
+    for (int k = 0; k < kChains; ++k) sum[r][k] = 0.0f;
+  float inv[2];
+  if (!kMask && __all_sync(0xffffffffu, pm_keeps_tile_sigma(pm[0]) && pm_keeps_tile_sigma(pm[1]))) {
+    out.sigma[0] = out.sigma[1] = ks.sigma;
+    inv[0] = inv[1] = 1.0f;
+    probabilities<kMask, true>(s, ks, sqc, inv, st, mask, i0, n0, sum);
+  } else {
 #pragma unroll
-  for (int n2 = 0; n2 < 8; ++n2) {
-    const float4 v4 = sv4[4 * n2];
-    const float svv[4] = {v4.x, v4.y, v4.z, v4.w};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int n = 2 * n2 + h;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1, k = (2 * n + (e & 1)) % kChains;
-        const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
-        sum[r][k] = __fadd_rn(sum[r][k], p);
-        float x = __fmul_rn(p, svv[2 * h + (e & 1)]);
-        if (kMask && !mask.visible(i0 + 8 * r, n0 + 8 * n + 2 * q + (e & 1))) x = 0.0f;
-        s[n][e] = x;
-        xmax[r][k] = ptx::max_nan(xmax[r][k], x);
-      }
+    for (int r = 0; r < 2; ++r) {
+      const int i = i0 + 8 * r;
+      const int last = (mask.causal ? min(i, mask.len - 1) : mask.len - 1) - n0;  // >= 0: the tile is visited
+      const float y = ks.ypre[min(max(last, 0), tiles::kFwdBlockN - 1)];
+      out.sigma[r] = fmt::pow2_scale_e4m3(__fmul_rn(pm[r], y));
+      inv[r] = fmt::pow2_reciprocal(out.sigma[r]);
     }
+    probabilities<kMask, false>(s, ks, sqc, inv, st, mask, i0, n0, sum);
   }
-  float inv_sigma[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float row_sum = sum[r][0], row_xmax = xmax[r][0];
+    float row_sum = sum[r][0];
 #pragma unroll
-    for (int k = 1; k < kChains; ++k) {
-      row_sum = __fadd_rn(row_sum, sum[r][k]);
-      row_xmax = ptx::max_nan(row_xmax, xmax[r][k]);
-    }
+    for (int k = 1; k < kChains; ++k) row_sum = __fadd_rn(row_sum, sum[r][k]);
     st.l[r] = __fadd_rn(__fmul_rn(st.l[r], out.alpha[r]), quad_sum(row_sum));
-    out.sigma[r] = fmt::pow2_scale(quad_max_nan(row_xmax));
-    inv_sigma[r] = fmt::pow2_reciprocal(out.sigma[r]);
   }
   // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
   // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
@@ -135,10 +176,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const float* sk, cons
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int n = 4 * kk + 2 * h;
-        const float is = inv_sigma[r];
-        out.p8[kk][2 * h + r] =
-            ptx::pack_e4m3x4(__fmul_rn(s[n][2 * r], is), __fmul_rn(s[n][2 * r + 1], is),
-                             __fmul_rn(s[n + 1][2 * r], is), __fmul_rn(s[n + 1][2 * r + 1], is));
+        out.p8[kk][2 * h + r] = ptx::pack_e4m3x4(s[n][2 * r], s[n][2 * r + 1], s[n + 1][2 * r], s[n + 1][2 * r + 1]);
       }
 }
 

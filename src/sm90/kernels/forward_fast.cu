@@ -1,5 +1,5 @@
 // The fast forward (sm_90a): a persistent, warp-specialized kernel composed of the producer
-// (collective/fwd_producer.cuh) and two consumer warpgroups (collective/fwd_consumer.cuh)
+// and key-scale warps (collective/fwd_producer.cuh) and two consumer warpgroups (collective/fwd_consumer.cuh)
 // over a TMA + mbarrier pipeline, walking the quantizer's longest-first list of 128-row
 // query tiles. Shapes and the shared-memory plan: collective/fwd_plan.cuh.
 #include "quantize/layout.cuh"
@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
     for (int s = 0; s < P::kStages; ++s) {
       mbar::init(bars + 16 + 8 * s, P::kFullArrivals);  // full[s]
       mbar::init(bars + 16 + 8 * (P::kStages + s), P::kEmptyArrivals);  // empty[s]
+      mbar::init(bars + 16 + 8 * (2 * P::kStages + s), P::kReadyArrivals);  // ready[s]
     }
     mbar::fence_init();
   }
@@ -40,6 +41,7 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
   if (role == 0) {
     warpgroup::release_registers<P::kProducerRegs>();
     if (threadIdx.x < 32) producer<D>(p, base, int(threadIdx.x));
+    else if (threadIdx.x < 64) key_scales<D>(p, smem, base, int(threadIdx.x) - 32);
   } else {
     warpgroup::claim_registers<P::kConsumerRegs>();
     consumer<D>(p, smem, base, role - 1);
