@@ -256,10 +256,10 @@ Status device_backward(const Problem& p, const flamia_attention_args& a, const f
   if (p.total_tokens == 0) return Status::success();
   mark_used(p.device);
   const sm90::Params params = make_params(p, a);
-  FLAMIA_TRY(cuda_status(sm90::backward(params, dout.data, effective_stride(dout, 0), effective_stride(dout, 1),
-                                        out.data, static_cast<const float*>(lse.data), qkv8, workspace, dq.data,
-                                        dk.data, dv.data),
-                         "backward"));
+  const cudaError_t bwd = sm90::backward(params, dout.data, effective_stride(dout, 0), effective_stride(dout, 1),
+                                         out.data, static_cast<const float*>(lse.data), qkv8, workspace, dq.data,
+                                         dk.data, dv.data);
+  FLAMIA_TRY(cuda_status(bwd, (std::string("backward (") + sm90::backward_failed_step() + ")").c_str()));
   return cuda_status(sm90::poison_backward(params, workspace, dq.data, dk.data, dv.data), "poison_backward");
 }
 

@@ -831,17 +831,31 @@ cudaError_t encode_col_map(CUtensorMap* map, const uint8_t* codes, int64_t tpad,
   return encode_u8_map(map, codes, 2, dims, strides, box, kTileTokens);
 }
 
+// The step of this thread's last backward that returned an error (backward_failed_step).
+thread_local const char* t_failed_step = "";
+
+cudaError_t failed(const char* step, cudaError_t err) {
+  t_failed_step = step;
+  return err;
+}
+
 }  // namespace
+
+const char* backward_failed_step() { return t_failed_step; }
 
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
                      const void* out, const float* lse, const void* qkv8, void* workspace,
                      void* dq, void* dk, void* dv) {
+  t_failed_step = "";
   if (p.total_tokens == 0) return cudaSuccess;
-  if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorInvalidValue;
+  if (p.head_dim != 64 && p.head_dim != 128) return failed("head_dim", cudaErrorInvalidValue);
   const bool mixed = p.recipe == FLAMIA_RECIPE_FP8_MIXED;
   if (mixed && (!quant::rows_16b_aligned(p.q, p.q_stride_t, p.q_stride_h) ||
                 !quant::rows_16b_aligned(p.k, p.k_stride_t, p.k_stride_h)))
-    return cudaErrorInvalidValue;
+    return failed("q and k rows 16-byte aligned (fp8_mixed reads them)", cudaErrorInvalidValue);
+  if (!quant::rows_16b_aligned(dout, dout_stride_t, dout_stride_h) ||
+      !quant::rows_16b_aligned(out, dout_stride_t, dout_stride_h))
+    return failed("dout and out rows 16-byte aligned", cudaErrorInvalidValue);
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
                                               p.recipe, true);
   const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.head_dim);
@@ -856,15 +870,16 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.do8 = ws + ws_layout.do8;
   const int64_t T = p.total_tokens;
   cudaError_t err;
-  if ((err = encode_row_map(&a.q8_rows, a.q8, T, p.hq, p.head_dim)) != cudaSuccess ||
-      (err = encode_row_map(&a.do8_rows, a.do8, T, p.hq, p.head_dim)) != cudaSuccess ||
-      (err = encode_row_map(&a.k8_rows, a.k8, T, p.hkv, p.head_dim)) != cudaSuccess ||
-      (err = encode_row_map(&a.v8_rows, a.v8, T, p.hkv, p.head_dim)) != cudaSuccess ||
-      (err = encode_col_map(&a.dot8_cols, ws + ws_layout.dot8, layout.tpad, p.hq, p.head_dim)) != cudaSuccess)
-    return err;
-  if (!mixed && ((err = encode_col_map(&a.qt8_cols, base + layout.qt8, layout.tpad, p.hq, p.head_dim)) != cudaSuccess ||
-                 (err = encode_col_map(&a.kt8_cols, base + layout.kt8, layout.tpad, p.hkv, p.head_dim)) != cudaSuccess))
-    return err;
+  if ((err = encode_row_map(&a.q8_rows, a.q8, T, p.hq, p.head_dim)) != cudaSuccess) return failed("tensor map q8", err);
+  if ((err = encode_row_map(&a.do8_rows, a.do8, T, p.hq, p.head_dim)) != cudaSuccess) return failed("tensor map do8", err);
+  if ((err = encode_row_map(&a.k8_rows, a.k8, T, p.hkv, p.head_dim)) != cudaSuccess) return failed("tensor map k8", err);
+  if ((err = encode_row_map(&a.v8_rows, a.v8, T, p.hkv, p.head_dim)) != cudaSuccess) return failed("tensor map v8", err);
+  if ((err = encode_col_map(&a.dot8_cols, ws + ws_layout.dot8, layout.tpad, p.hq, p.head_dim)) != cudaSuccess)
+    return failed("tensor map dot8", err);
+  if (!mixed && (err = encode_col_map(&a.qt8_cols, base + layout.qt8, layout.tpad, p.hq, p.head_dim)) != cudaSuccess)
+    return failed("tensor map qt8", err);
+  if (!mixed && (err = encode_col_map(&a.kt8_cols, base + layout.kt8, layout.tpad, p.hkv, p.head_dim)) != cudaSuccess)
+    return failed("tensor map kt8", err);
   a.sq = reinterpret_cast<const float*>(base + layout.sq);
   a.sk = reinterpret_cast<const float*>(base + layout.sk);
   a.sv = reinterpret_cast<const float*>(base + layout.sv);
@@ -892,10 +907,12 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
 
   if ((err = quant::quantize_dout(p, dout, dout_stride_t, dout_stride_h, out, base, layout, ws, ws_layout)) !=
       cudaSuccess)
-    return err;
+    return failed("quantize_dout", err);
   if (p.head_dim == 64)
-    return mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
-  return mixed ? launch_backward<128, true>(a, p.stream) : launch_backward<128, false>(a, p.stream);
+    err = mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
+  else
+    err = mixed ? launch_backward<128, true>(a, p.stream) : launch_backward<128, false>(a, p.stream);
+  return err == cudaSuccess ? err : failed("the dK/dV and dQ kernels (attributes, launches)", err);
 }
 
 }  // namespace sm90

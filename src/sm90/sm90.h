@@ -52,6 +52,9 @@ cudaError_t quantize_qkv(const Params& p, void* qkv8, bool for_backward);
 // out: dense bf16 [T, Hq, D]; lse: fp32 [Hq, T].
 cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse);
 
+// What the calling thread's last failed backward was doing (a tensor map, an alignment
+// check, quantize_dout, the launches), for the error message; "" after a success.
+const char* backward_failed_step();
 // dout, out: bf16 [T, Hq, D] with the given token/head strides; dq dense [T, Hq, D];
 // dk, dv dense [T, Hkv, D].
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
