@@ -122,14 +122,14 @@ struct TokenOperand {
   uint32_t a[kBf16 ? 4 : 2][4];  // k16 (BF16) or k32 (FP8) steps
   float scale[2];
 };
-template <bool kBf16>
+template <bool kBf16, bool kSelects = true>
 __device__ __forceinline__ TokenOperand<kBf16> token_operand(const TileAcc& x) {
   TokenOperand<kBf16> op;
   if constexpr (kBf16) {
     pack_bf16_a(x, op.a);
     op.scale[0] = op.scale[1] = 1.0f;
   } else {
-    pack_fp8_a_row_scaled(x, op.scale, op.a);
+    pack_fp8_a_row_scaled<kSelects>(x, op.scale, op.a);
   }
   return op;
 }
@@ -430,7 +430,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
   // (or both sums by FMA) ptxas spills the packed operand or an accumulator in the loop.
   TokenOperand<false> pv = token_operand_prescaled(s, sigma);
-  TokenOperand<kMixed> ds = token_operand<kMixed>(dp);
+  TokenOperand<kMixed> ds = token_operand<kMixed, false>(dp);  // kSelects: fragments.cuh
   accumulate_token_product<D, kMixed, false>(dk, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kQt);
   accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
 }

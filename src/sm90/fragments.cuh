@@ -40,6 +40,9 @@ __device__ __forceinline__ float quad_sum(float x) {
 // operand modifier). A NaN element does not enter the maximum, but it quantizes to the NaN
 // code, which makes its row's tile product NaN — the same row result as the specification's
 // NaN scale (and an infinite element gives the NaN scale here too).
+// kSelects: the select-only pow2_scale_e4m3 (no branch in the loop); the dK/dV pass keeps the
+// branchy pow2_scale, with which ptxas fits it in 255 registers without spilling.
+template <bool kSelects = true>
 __device__ __forceinline__ void row_pow2_scales(const TileAcc& x, float (&scale)[2]) {
   float m[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -50,7 +53,7 @@ __device__ __forceinline__ void row_pow2_scales(const TileAcc& x, float (&scale)
   for (int r = 0; r < 2; ++r) {
     float q = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
     q = fmaxf(q, __shfl_xor_sync(0xffffffffu, q, 2));
-    scale[r] = fmt::pow2_scale(q);
+    scale[r] = kSelects ? fmt::pow2_scale_e4m3(q) : fmt::pow2_scale(q);
   }
 }
 
@@ -124,8 +127,9 @@ __device__ __forceinline__ void pack_fp8_a_prescaled(const TileAcc& x, uint32_t 
 
 // The FP8 A operand of a tile with per-row scales: scale = row_pow2_scales(x), fragments
 // q8(x, scale[row]) through the exact reciprocals.
+template <bool kSelects = true>
 __device__ __forceinline__ void pack_fp8_a_row_scaled(const TileAcc& x, float (&scale)[2], uint32_t (&a)[2][4]) {
-  row_pow2_scales(x, scale);
+  row_pow2_scales<kSelects>(x, scale);
   const float inv[2] = {fmt::pow2_reciprocal(scale[0]), fmt::pow2_reciprocal(scale[1])};
   pack_fp8_a(x, inv, a);
 }

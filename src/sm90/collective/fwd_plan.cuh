@@ -65,7 +65,7 @@ struct Plan {
   // copies landing; empty / q_empty = every consumer warp once it is done reading.
   static constexpr int kFullArrivals = 1 + 32;
   static constexpr int kEmptyArrivals = kConsumers * 4;
-  static constexpr int kReadyArrivals = 1;  // the key-scale warp, once its lanes wrote
+  static constexpr int kReadyArrivals = 32;  // the key-scale warp's lanes, each once its writes are done
   static constexpr int kTmaBytesPerStage = kKTile + kVtTile;
 };
 

@@ -83,13 +83,17 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t base, int lan
 template <int D>
 __device__ __forceinline__ void key_scales(const Params& p, uint8_t* smem, uint32_t base, int lane) {
   using P = Plan<D>;
-  const uint32_t full0 = base + P::kBarriers + 16, ready0 = full0 + 16 * P::kStages;
+  const uint32_t full0 = base + P::kBarriers + 16, empty0 = full0 + 8 * P::kStages, ready0 = empty0 + 8 * P::kStages;
   const int items = item_count(p.work) * p.hq;
   int kv = 0;
   for (int w = blockIdx.x; w < items; w += gridDim.x) {
     const Item item = item_at(p, w);
     for (int n = 0; n < item.num_key_tiles; ++n, ++kv) {
       const int s = kv % P::kStages;
+      // The consumers left the stage's previous use (as the producer waits before refilling it;
+      // implied by `full` below, but waited for directly so that every read of the old values
+      // is ordered before these writes by the barrier itself), and this use has landed.
+      mbar::wait(empty0 + 8 * s, ((kv / P::kStages) & 1) ^ 1);
       mbar::wait(full0 + 8 * s, (kv / P::kStages) & 1);
       uint8_t* st = smem + P::stage(s);
       const float* sv = reinterpret_cast<const float*>(st + P::kSv);
@@ -123,8 +127,7 @@ __device__ __forceinline__ void key_scales(const Params& p, uint8_t* smem, uint3
         svn[at] = __fmul_rn(sv[at], inv);
       }
       if (lane == 0) *reinterpret_cast<float*>(st + P::kSigma) = sigma;
-      __syncwarp();
-      if (lane == 0) mbar::arrive(ready0 + 8 * s);
+      mbar::arrive(ready0 + 8 * s);  // every lane, releasing its own writes
     }
   }
 }
