@@ -249,12 +249,12 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.recipe = recipe
     ctx.for_backward = for_backward
     # lse/qkv8 carry no gradient of their own; flamia's backward, like FlashAttention's,
-    # propagates through O only. Autograd still hands the backward a zero-filled tensor of
-    # qkv8's size for them (one qkv8 more at the step's peak). Turning materialize_grads off
-    # removes it, but on the GPU the first fp8 backward of a process then failed with
-    # cudaErrorInvalidValue (fixed-16k, docs/PERFORMANCE.md "Memory"), so it stays on until
-    # that is understood.
+    # propagates through O only. Without materialize_grads off, autograd would hand the
+    # backward a zero-filled tensor of qkv8's size (and lse's): a second qkv8 allocated and
+    # cleared in every backward. (With it off, flamia's backward is the first CUDA work on
+    # autograd's thread; the device call makes the context current there: src/api/device.cpp.)
     ctx.mark_non_differentiable(lse, qkv8)
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, dout, dlse, dqkv8):

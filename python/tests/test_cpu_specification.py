@@ -91,3 +91,18 @@ def test_backward_without_qkv_needs_the_gpu_and_all_three():
     with pytest.raises(FlamiaError, match="kv_heads"):
         ops.backward(dout, None, None, None, out, lse, qkv8, cu, 40)
 
+
+@pytest.mark.parametrize("recipe", ["fp8", "fp8_mixed"])
+def test_backward_allocates_no_zero_gradient_for_the_saved_state(recipe):
+    # lse and qkv8 get no gradient; autograd must not materialize a zero tensor of qkv8's
+    # size for them in every backward (it did: one more qkv8 at the step's peak).
+    from torch.profiler import ProfilerActivity, profile
+
+    q, k, v, dout, cu = make_pack([300, 212], 2, 2, 64, seed=3, device="cpu")
+    qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
+    nbytes = _lib.get().qkv8_bytes(512, 2, 2, 2, 64, _lib.recipe_id(recipe), True)
+    out = flamia.attention(qr, kr, vr, cu, 300, recipe=recipe)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        torch.autograd.grad(out, (qr, kr, vr), dout)
+    zeros = [e.cpu_memory_usage for e in prof.events() if e.name in ("aten::zeros", "aten::zeros_like")]
+    assert all(m < nbytes // 2 for m in zeros), (zeros, nbytes)

@@ -28,14 +28,16 @@ Status cuda_status(cudaError_t e, const char* what) {
 }
 
 // Makes the tensors' device current for the call and restores the caller's afterwards
-// (kernels launch on the current device; cudaSetDevice does not synchronise).
+// (kernels launch on the current device; cudaSetDevice does not synchronise). cudaSetDevice
+// runs even when the device is already the current one: it also makes the device's primary
+// context current on this thread, which the tensor maps' encoding (a driver call) needs and
+// which a thread that has made no other CUDA call yet (autograd's backward thread) lacks.
 class DeviceGuard {
  public:
   Status enter(int device) {
     FLAMIA_TRY(cuda_status(cudaGetDevice(&previous_), "cudaGetDevice"));
-    if (previous_ == device) return Status::success();
     FLAMIA_TRY(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
-    switched_ = true;
+    switched_ = previous_ != device;
     return Status::success();
   }
   ~DeviceGuard() {

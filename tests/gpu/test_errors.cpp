@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -134,6 +135,33 @@ TEST_F(ErrorsSmall, AnEarlierCallsPendingErrorIsNotThisCallsError) {
   r_->sync();
   r_->download_bwd(&b);
   EXPECT_EQ(b.dq, b_.dq);
+  EXPECT_EQ(b.dv, b_.dv);
+}
+
+// A backward on a thread that has made no CUDA call before, as autograd runs it on its own
+// device thread: the tensor maps are encoded by a driver call, which needs the device's
+// context current on the calling thread, and the runtime makes it current only on the first
+// call that needs it (without that, the first fp8 backward of a PyTorch process failed when
+// nothing else had run on autograd's thread first: docs/PERFORMANCE.md "Memory").
+TEST_F(ErrorsSmall, ABackwardOnAThreadWithoutCudaCallsSucceeds) {
+  FwdResult f;
+  ASSERT_EQ(r_->step(r_->args(), r_->dout_view(), false, &f, nullptr), FLAMIA_SUCCESS) << flamia_last_error();
+  r_->sync();
+  flamia_status status = FLAMIA_SUCCESS;
+  std::string message;
+  std::thread fresh([&] {
+    flamia_attention_args a = r_->args();
+    status = flamia_backward(&a, r_->dout_view(), r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(),
+                             r_->workspace(), r_->workspace_bytes(), r_->dq_view(), r_->dk_view(), r_->dv_view());
+    if (status != FLAMIA_SUCCESS) message = flamia_last_error();
+  });
+  fresh.join();
+  ASSERT_EQ(status, FLAMIA_SUCCESS) << message;
+  r_->sync();
+  BwdResult b;
+  r_->download_bwd(&b);
+  EXPECT_EQ(b.dq, b_.dq);
+  EXPECT_EQ(b.dk, b_.dk);
   EXPECT_EQ(b.dv, b_.dv);
 }
 

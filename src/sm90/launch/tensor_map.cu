@@ -42,7 +42,9 @@ cudaError_t encode_u8_map(CUtensorMap* map, const void* base, int rank, const ui
   const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, cuuint32_t(rank), const_cast<void*>(base), d, s, b,
                             e, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  // The driver's codes and the runtime's agree in number for what encoding can return
+  // (1 invalid value, 201 invalid context, ...), so the reason reaches the message.
+  return static_cast<cudaError_t>(r);
 }
 
 }  // namespace sm90
