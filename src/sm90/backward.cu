@@ -430,7 +430,10 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
   // (or both sums by FMA) ptxas spills the packed operand or an accumulator in the loop.
   TokenOperand<false> pv = token_operand_prescaled(s, sigma);
-  TokenOperand<kMixed> ds = token_operand<kMixed, false>(dp);  // kSelects: fragments.cuh
+  // dK's per-row scales: select-only at D = 64; at D = 128 the branchy form, with which ptxas
+  // fits the loop in 255 registers (select-only spills 8 accumulators there: dK/dV 7.81 →
+  // 8.07 ms, docs/PERFORMANCE.md v18).
+  TokenOperand<kMixed> ds = token_operand<kMixed, D == 64>(dp);
   accumulate_token_product<D, kMixed, false>(dk, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kQt);
   accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
 }
