@@ -40,8 +40,9 @@ __device__ __forceinline__ float quad_sum(float x) {
 // operand modifier). A NaN element does not enter the maximum, but it quantizes to the NaN
 // code, which makes its row's tile product NaN — the same row result as the specification's
 // NaN scale (and an infinite element gives the NaN scale here too).
-// kSelects: the select-only pow2_scale_e4m3 (no branch in the loop); the dK/dV pass keeps the
-// branchy pow2_scale, with which ptxas fits it in 255 registers without spilling.
+// kSelects: the select-only pow2_scale_e4m3 (no branch in the loop); the dK/dV pass at
+// D = 128 keeps the branchy pow2_scale, with which ptxas fits it in 255 registers without
+// spilling (backward.cu).
 template <bool kSelects = true>
 __device__ __forceinline__ void row_pow2_scales(const TileAcc& x, float (&scale)[2]) {
   float m[2] = {0.0f, 0.0f};
