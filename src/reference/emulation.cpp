@@ -39,9 +39,11 @@ void validate(const EmulationConfig& cfg) {
   if (o.p_headroom_log2 < 0 || o.p_headroom_log2 > 8)
     throw std::invalid_argument("EmulationConfig::fwd.p_headroom_log2: must be in [0, 8], got " +
                                 std::to_string(o.p_headroom_log2));
-  if (o.p_ref == PRef::Tile && !(o.fold == PvFold::Fresh && o.p_scale == PScale::TileMax))
+  if (o.p_ref == PRef::Tile &&
+      !(o.fold == PvFold::Fresh && (o.p_scale == PScale::TileMax || o.p_scale == PScale::TileKeys)))
     throw std::invalid_argument(
-        "EmulationConfig::fwd.p_ref: PRef::Tile needs fold = PvFold::Fresh and p_scale = PScale::TileMax");
+        "EmulationConfig::fwd.p_ref: PRef::Tile needs fold = PvFold::Fresh and a tile-local p_scale "
+        "(PScale::TileMax or PScale::TileKeys)");
   if (o.fold == PvFold::Chained && !(o.p_scale == PScale::RunningMax || o.p_scale == PScale::RunningKeys))
     throw std::invalid_argument(
         "EmulationConfig::fwd.p_scale: PvFold::Chained needs PScale::RunningMax or PScale::RunningKeys "
@@ -323,7 +325,9 @@ void visit_tiles(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     if (fp8 && key_p_scale(opt.p_scale)) {
       // The key rules know sigma before any p: codes e4m3(p_j * (sv[j] / sigma)), sv[j] / sigma
       // exact (powers of two), so that a kernel can scale the keys once for all rows.
-      const float pm = std::exp2(std::fmaf(m_new, c, -mc));  // >= every p_j of the tile
+      // >= every p_j of the tile: p is taken against mc, or against the tile's own maximum
+      // (tile-local P), whose pm depends on the tile alone.
+      const float pm = tile_local ? std::exp2(std::fmaf(tile_max, c, -pc)) : std::exp2(std::fmaf(m_new, c, -mc));
       sigma_t = p_scale(opt, nullptr, sv_buf, w, alpha, pm, &bound);
       const float inv = 1.0f / sigma_t;
       for (int j = 0; j < w; ++j) p_buf[j] = fmt::e4m3_to_f32(fmt::e4m3_rn_sat(p_buf[j] * (sv_buf[j] * inv)));

@@ -40,7 +40,10 @@ struct Named {
 std::vector<Named> option_variants() {
   EmulationConfig tile_local = options(PvFold::Fresh, PScale::TileMax);
   tile_local.fwd.p_ref = PRef::Tile;
+  EmulationConfig tile_local_keys = options(PvFold::Fresh, PScale::TileKeys);
+  tile_local_keys.fwd.p_ref = PRef::Tile;
   return {{"tile-local P", tile_local},
+          {"tile-local P, tile keys", tile_local_keys},
           {"tile max (reference kernels)", options(PvFold::Fresh, PScale::TileMax)},
           {"A running max", options(PvFold::Chained, PScale::RunningMax)},
           {"A+B running keys", options(PvFold::Chained, PScale::RunningKeys)},
@@ -65,7 +68,7 @@ TEST(ForwardOptions, InvalidCombinationsNameTheField) {
       EXPECT_NE(std::string(e.what()).find("fwd.p_scale"), std::string::npos) << e.what();
     }
   }
-  for (EmulationConfig cfg : {options(PvFold::Fresh, PScale::TileKeys), options(PvFold::Chained, PScale::RunningMax)}) {
+  for (EmulationConfig cfg : {options(PvFold::Fresh, PScale::RunningKeys), options(PvFold::Chained, PScale::RunningMax)}) {
     cfg.fwd.p_ref = PRef::Tile;
     try {
       run_emulation(pk, cfg, false);
@@ -257,34 +260,35 @@ Outputs run_chunked(const Pack& pk, const EmulationConfig& cfg, int chunk) {
 // differs at FP8 size.
 TEST(ForwardOptions, TileLocalPChunksMergeToTheOnePassResult) {
   const Pack pk = random_pack({1, 64, 65, 300, 190}, 2, 1, 64, true, 61);
-  for (int chunk : {64, 96}) {
-    EmulationConfig tile_local = options(PvFold::Fresh, PScale::TileMax), running;
-    tile_local.fwd.p_ref = PRef::Tile;
-    for (EmulationConfig* cfg : {&tile_local, &running}) cfg->tiling.fwd_block_n = 32;
-    SCOPED_TRACE("chunk " + std::to_string(chunk));
-    const Outputs one = run_emulation(pk, tile_local, false), parts = run_chunked(pk, tile_local, chunk);
-    int differing = 0;
-    for (int doc = 0; doc < pk.p.num_docs(); ++doc)
-      for (int64_t t = pk.doc_begin(doc); t < pk.doc_end(doc); ++t) {
-        const bool same = same_rows(one.o, parts.o, t, t + 1, pk.p.hq, pk.p.head_dim);
-        if (t - pk.doc_begin(doc) < chunk) EXPECT_TRUE(same) << "row " << t << " sees one chunk";
-        differing += !same;
+  for (int chunk : {64, 96})
+    for (PScale rule : {PScale::TileMax, PScale::TileKeys}) {
+      EmulationConfig tile_local = options(PvFold::Fresh, rule), running;
+      tile_local.fwd.p_ref = PRef::Tile;
+      for (EmulationConfig* cfg : {&tile_local, &running}) cfg->tiling.fwd_block_n = 32;
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + (rule == PScale::TileKeys ? ", tile keys" : ", tile max"));
+      const Outputs one = run_emulation(pk, tile_local, false), parts = run_chunked(pk, tile_local, chunk);
+      int differing = 0;
+      for (int doc = 0; doc < pk.p.num_docs(); ++doc)
+        for (int64_t t = pk.doc_begin(doc); t < pk.doc_end(doc); ++t) {
+          const bool same = same_rows(one.o, parts.o, t, t + 1, pk.p.hq, pk.p.head_dim);
+          if (t - pk.doc_begin(doc) < chunk) EXPECT_TRUE(same) << "row " << t << " sees one chunk";
+          differing += !same;
+        }
+      for (size_t e = 0; e < one.o.size(); ++e) {
+        const float a = from_bf16(one.o[e]), b = from_bf16(parts.o[e]);
+        // One BF16 ulp, or FP32 noise of an O of order 1 where O cancels to near 0.
+        ASSERT_LE(std::fabs(a - b), std::ldexp(std::fmax(std::fabs(a), std::fabs(b)), -7) + 1e-6f) << "element " << e;
       }
-    for (size_t e = 0; e < one.o.size(); ++e) {
-      const float a = from_bf16(one.o[e]), b = from_bf16(parts.o[e]);
-      // One BF16 ulp, or FP32 noise of an O of order 1 where O cancels to near 0.
-      ASSERT_LE(std::fabs(a - b), std::ldexp(std::fmax(std::fabs(a), std::fabs(b)), -7) + 1e-6f) << "element " << e;
+      for (size_t e = 0; e < one.lse.size(); ++e)
+        ASSERT_LE(std::fabs(one.lse[e] - parts.lse[e]), 1e-5f * std::fmax(1.0f, std::fabs(one.lse[e]))) << e;
+      const double tile_diff = rel_diff(parts.o, one.o);
+      EXPECT_LT(tile_diff, 1e-4);  // a few BF16 ulp flips (1.4e-5 measured); the running P: 5e-3
+      const Outputs run_one = run_emulation(pk, running, false), run_parts = run_chunked(pk, running, chunk);
+      const double running_diff = rel_diff(run_parts.o, run_one.o);
+      EXPECT_GT(running_diff, 1e-3) << "the running-maximum P did not change: the test has no power";
+      std::printf("chunk %d: tile-local P %d rows differ, O rel diff %.2e; running-max P O rel diff %.2e\n", chunk,
+                  differing, tile_diff, running_diff);
     }
-    for (size_t e = 0; e < one.lse.size(); ++e)
-      ASSERT_LE(std::fabs(one.lse[e] - parts.lse[e]), 1e-5f * std::fmax(1.0f, std::fabs(one.lse[e]))) << e;
-    const double tile_diff = rel_diff(parts.o, one.o);
-    EXPECT_LT(tile_diff, 1e-4);  // a few BF16 ulp flips (1.4e-5 measured); the running P: 5e-3
-    const Outputs run_one = run_emulation(pk, running, false), run_parts = run_chunked(pk, running, chunk);
-    const double running_diff = rel_diff(run_parts.o, run_one.o);
-    EXPECT_GT(running_diff, 1e-3) << "the running-maximum P did not change: the test has no power";
-    std::printf("chunk %d: tile-local P %d rows differ, O rel diff %.2e; running-max P O rel diff %.2e\n", chunk,
-                differing, tile_diff, running_diff);
-  }
 }
 
 TEST(ForwardOptions, ChunkedNeedsWholeTilesAndTheFreshFold) {
