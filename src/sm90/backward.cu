@@ -46,6 +46,7 @@
 #include "quantize/quantize.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/tma.cuh"
+#include "sm90/arch/warpgroup.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/launch/tensor_map.h"
 #include "sm90/masks.cuh"
@@ -222,13 +223,6 @@ constexpr int kBwdStages = 3;
 static_assert(kDkdvWarpgroups * kTileTokens == tiles::kFwdBlockM &&
                   kDqWarpgroups * kTileTokens == tiles::kFwdBlockM,
               "the backward's CTAs walk the 128-token work list");
-
-// This thread's warpgroup, broadcast from lane 0 so that ptxas knows it is warp-uniform: the
-// addresses and wgmma descriptors derived from it then live in uniform registers (fewer
-// instructions per k-step, none of the 255 registers).
-__device__ __forceinline__ int uniform_warpgroup() {
-  return __shfl_sync(0xffffffffu, int(threadIdx.x) / kThreads, 0);
-}
 
 // =====================================================================================
 // The streamed stages' TMA tiles
@@ -449,7 +443,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   if (dt.len == 0) return;
   // Item t of a document is its 128-key tile nt - 1 - t when causal (cost order, schedule.cuh).
   const int n = a.causal ? dt.num_tiles - 1 - dt.tile : dt.tile;
-  const int wg = uniform_warpgroup();
+  const int wg = warpgroup::index();
   // This warpgroup's 64 keys: the 64-token key tile nw, keys [kw0, kw0 + valid_k).
   const int nw = kDkdvWarpgroups * n + wg, kw0 = nw * kTileTokens;
   const int valid_k = min(kTileTokens, dt.len - kw0);  // <= 0: no keys (the document ends first)
@@ -663,7 +657,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
   const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
   if (dt.len == 0) return;
-  const int wg = uniform_warpgroup();
+  const int wg = warpgroup::index();
   const int hk = h / (a.hq / a.hkv);
   // This warpgroup's 64 queries: the 64-token query tile mw, queries [m0, m0 + valid_q).
   const int mw = kDqWarpgroups * dt.tile + wg, m0 = mw * kTileTokens;

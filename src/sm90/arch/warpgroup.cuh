@@ -10,7 +10,10 @@ namespace warpgroup {
 
 constexpr int kThreads = 128;
 
-__device__ __forceinline__ int index() { return int(threadIdx.x) / kThreads; }
+// This thread's warpgroup, broadcast from lane 0 so that ptxas knows it is warp-uniform: what
+// derives from it (addresses, wgmma descriptors, named-barrier ids) then lives in uniform
+// registers instead of taking per-thread registers (docs/PERFORMANCE.md v19).
+__device__ __forceinline__ int index() { return __shfl_sync(0xffffffffu, int(threadIdx.x) / kThreads, 0); }
 
 // The producer gives registers back to the pool; consumers take them. Every warp of the
 // warpgroup executes the same call. N must be a multiple of 8 in [24, 256].

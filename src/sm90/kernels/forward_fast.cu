@@ -37,9 +37,7 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
   }
   __syncthreads();
 
-  // Broadcast from lane 0 so that ptxas knows the role is warp-uniform: what derives from it
-  // (the turn barriers, the Q tile's address) then lives in uniform registers.
-  const int role = __shfl_sync(0xffffffffu, warpgroup::index(), 0);
+  const int role = warpgroup::index();
   if (role == 0) {
     warpgroup::release_registers<P::kProducerRegs>();
     if (threadIdx.x < 32) producer<D>(p, base, int(threadIdx.x));
