@@ -322,18 +322,17 @@ void visit_tiles(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     // 5. fold V's scale into P, round P for the PV matmul.
     for (int j = 0; j < w; ++j) sv_buf[j] = cx.v->s(base + n0 + j, kvh);
     float sigma_t = 1.0f;
+    // >= every p_j of the tile: p is taken against pc (mc, or the tile's own maximum with
+    // tile-local P, whose pm then depends on the tile alone). Read by the key rules only.
+    const float pm = std::exp2(std::fmaf(tile_local ? tile_max : m_new, c, -pc));
     if (fp8 && key_p_scale(opt.p_scale)) {
       // The key rules know sigma before any p: codes e4m3(p_j * (sv[j] / sigma)), sv[j] / sigma
       // exact (powers of two), so that a kernel can scale the keys once for all rows.
-      // >= every p_j of the tile: p is taken against mc, or against the tile's own maximum
-      // (tile-local P), whose pm depends on the tile alone.
-      const float pm = tile_local ? std::exp2(std::fmaf(tile_max, c, -pc)) : std::exp2(std::fmaf(m_new, c, -mc));
       sigma_t = p_scale(opt, nullptr, sv_buf, w, alpha, pm, &bound);
       const float inv = 1.0f / sigma_t;
       for (int j = 0; j < w; ++j) p_buf[j] = fmt::e4m3_to_f32(fmt::e4m3_rn_sat(p_buf[j] * (sv_buf[j] * inv)));
     } else if (fp8) {
       for (int j = 0; j < w; ++j) p_buf[j] *= sv_buf[j];
-      const float pm = std::exp2(std::fmaf(m_new, c, -mc));
       sigma_t = p_scale(opt, p_buf, sv_buf, w, alpha, pm, &bound);
       for (int j = 0; j < w; ++j) p_buf[j] = fmt::e4m3_to_f32(fmt::quantize_e4m3(p_buf[j], sigma_t));
     } else {
