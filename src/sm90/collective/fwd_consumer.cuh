@@ -38,8 +38,8 @@ struct TurnOrder {
 template <int D>
 __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, uint32_t base, int consumer_idx) {
   using P = Plan<D>;
-  const uint32_t q_full = base + P::kBarriers, q_empty = q_full + 8;
-  const uint32_t full0 = q_empty + 8, empty0 = full0 + 8 * P::kStages, ready0 = empty0 + 8 * P::kStages;
+  const uint32_t q_full = base + P::kQFull, q_empty = base + P::kQEmpty;
+  const uint32_t full0 = base + P::kFull0, empty0 = base + P::kEmpty0, ready0 = base + P::kReady0;
   const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, q = lane & 3;
   const uint32_t q_tile = base + P::kQ + consumer_idx * P::kQTile;

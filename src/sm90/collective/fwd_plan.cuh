@@ -56,8 +56,10 @@ struct Plan {
   static constexpr int kStageBytes = (kSigma + 16 + 1023) / 1024 * 1024;
   static_assert(kKTile % 1024 == 0 && kVtTile % 1024 == 0, "aligned tiles");
   static constexpr int kBarriers = kStage0 + kStages * kStageBytes;
-  // mbarriers: q_full, q_empty, full[kStages], empty[kStages], ready[kStages].
-  static constexpr int kBytes = kBarriers + 8 * (2 + 3 * kStages);
+  // mbarriers (8 bytes each): q_full, q_empty, full[kStages], empty[kStages], ready[kStages].
+  static constexpr int kQFull = kBarriers, kQEmpty = kQFull + 8;
+  static constexpr int kFull0 = kQEmpty + 8, kEmpty0 = kFull0 + 8 * kStages, kReady0 = kEmpty0 + 8 * kStages;
+  static constexpr int kBytes = kReady0 + 8 * kStages;
   static constexpr int kAlloc = kBytes + 1024;  // room to align the dynamic base
 
   __host__ __device__ static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }

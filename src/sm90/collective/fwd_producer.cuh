@@ -23,8 +23,8 @@ namespace fwd {
 template <int D>
 __device__ __forceinline__ void producer(const Params& p, uint32_t base, int lane) {
   using P = Plan<D>;
-  const uint32_t q_full = base + P::kBarriers, q_empty = q_full + 8;
-  const uint32_t full0 = q_empty + 8, empty0 = full0 + 8 * P::kStages;
+  const uint32_t q_full = base + P::kQFull, q_empty = base + P::kQEmpty;
+  const uint32_t full0 = base + P::kFull0, empty0 = base + P::kEmpty0;
   if (lane == 0) {
     tma::prefetch_map(p.q8);
     tma::prefetch_map(p.k8);
@@ -83,7 +83,7 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t base, int lan
 template <int D>
 __device__ __forceinline__ void key_scales(const Params& p, uint8_t* smem, uint32_t base, int lane) {
   using P = Plan<D>;
-  const uint32_t full0 = base + P::kBarriers + 16, empty0 = full0 + 8 * P::kStages, ready0 = empty0 + 8 * P::kStages;
+  const uint32_t full0 = base + P::kFull0, empty0 = base + P::kEmpty0, ready0 = base + P::kReady0;
   const int items = item_count(p.work) * p.hq;
   int kv = 0;
   for (int w = blockIdx.x; w < items; w += gridDim.x) {

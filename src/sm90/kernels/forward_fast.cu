@@ -25,13 +25,12 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
   uint8_t* smem = smem_raw + (base - raw);
 
   if (threadIdx.x == 0) {
-    const uint32_t bars = base + P::kBarriers;
-    mbar::init(bars, 1);                                // q_full: the producer's expect_tx
-    mbar::init(bars + 8, P::kEmptyArrivals);            // q_empty
+    mbar::init(base + P::kQFull, 1);  // the producer's expect_tx
+    mbar::init(base + P::kQEmpty, P::kEmptyArrivals);
     for (int s = 0; s < P::kStages; ++s) {
-      mbar::init(bars + 16 + 8 * s, P::kFullArrivals);  // full[s]
-      mbar::init(bars + 16 + 8 * (P::kStages + s), P::kEmptyArrivals);  // empty[s]
-      mbar::init(bars + 16 + 8 * (2 * P::kStages + s), P::kReadyArrivals);  // ready[s]
+      mbar::init(base + P::kFull0 + 8 * s, P::kFullArrivals);
+      mbar::init(base + P::kEmpty0 + 8 * s, P::kEmptyArrivals);
+      mbar::init(base + P::kReady0 + 8 * s, P::kReadyArrivals);
     }
     mbar::fence_init();
   }
