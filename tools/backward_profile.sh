@@ -5,7 +5,10 @@
 # tiles of 128 x 128 = 4.33e9 scores per matmul, masked diagonal tiles included; the same
 # count serves the forward).
 #   bash tools/backward_profile.sh          (OUT: log folder, default ./out; BUILD_DIR: build-gpu)
-# KERNELS (default "dkdv_kernel dq_kernel forward_fast_kernel") picks the kernels.
+# KERNELS (default "dkdv_kernel dq_kernel forward_fast_kernel") picks the kernels. STALLS=1
+# instead samples where each kernel's warps wait per SASS instruction (the source page:
+# executed count and stall samples by reason), kept as sass_KERNEL.csv and summarized by
+# tools/stall_summary.py (the most-stalled instructions, the samples per opcode).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -18,6 +21,18 @@ command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G 
   { tail -30 "$OUT/build.log"; exit 1; }
 command -v ncu >/dev/null 2>&1 || { echo "backward_profile: ncu not found"; exit 2; }
 for k in ${KERNELS:-dkdv_kernel dq_kernel forward_fast_kernel}; do
+  if [ "${STALLS:-0}" = 1 ]; then
+    echo "==== ncu source counters: $k, fixed-16k fp8"
+    timeout 240 ncu --clock-control none -k "regex:$k" -c 1 --section WarpStateStats --section SourceCounters \
+      --section InstructionStats -f -o "$OUT/src_$k" \
+      "$BUILD/flamia_bench" --workloads fixed-16k --recipes fp8 --iters 1 --warmup 0 >"$OUT/ncu_src_$k.log" 2>&1 ||
+      { tail -5 "$OUT/ncu_src_$k.log"; continue; }
+    ncu -i "$OUT/src_$k.ncu-rep" --page source --csv --print-source sass >"$OUT/sass_$k.csv" 2>"$OUT/sass_$k.err" ||
+      { head -5 "$OUT/sass_$k.err"; continue; }
+    python3 tools/stall_summary.py "$OUT/sass_$k.csv" >"$OUT/stalls_$k.txt"
+    head -70 "$OUT/stalls_$k.txt"
+    continue
+  fi
   echo "==== ncu: $k, fixed-16k fp8"
   timeout 240 ncu --clock-control none -k "regex:$k" -c 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
