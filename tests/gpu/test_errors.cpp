@@ -87,6 +87,23 @@ class ErrorsSmall : public ::testing::Test {
     return st;
   }
 
+  // The runner's own backward, into its own gradients (a forward left O, LSE and qkv8).
+  flamia_status backward_in_place() {
+    flamia_attention_args a = r_->args();
+    return flamia_backward(&a, r_->dout_view(), r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(),
+                           r_->workspace(), r_->workspace_bytes(), r_->dq_view(), r_->dk_view(), r_->dv_view());
+  }
+
+  // dQ, dK and dV of the last backward are the fixture's reference gradients.
+  void expect_reference_gradients() {
+    r_->sync();
+    BwdResult b;
+    r_->download_bwd(&b);
+    EXPECT_EQ(b.dq, b_.dq);
+    EXPECT_EQ(b.dk, b_.dk);
+    EXPECT_EQ(b.dv, b_.dv);
+  }
+
   void expect_untouched() {
     FwdResult f;
     r_->download_fwd(&f);
@@ -127,15 +144,8 @@ TEST_F(ErrorsSmall, AnEarlierCallsPendingErrorIsNotThisCallsError) {
   // The backward alone, after a forward, with an error pending.
   ASSERT_EQ(r_->step(r_->args(), r_->dout_view(), false, &f, nullptr), FLAMIA_SUCCESS) << flamia_last_error();
   leave_an_error_pending();
-  flamia_attention_args a = r_->args();
-  EXPECT_EQ(flamia_backward(&a, r_->dout_view(), r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(),
-                            r_->workspace(), r_->workspace_bytes(), r_->dq_view(), r_->dk_view(), r_->dv_view()),
-            FLAMIA_SUCCESS)
-      << flamia_last_error();
-  r_->sync();
-  r_->download_bwd(&b);
-  EXPECT_EQ(b.dq, b_.dq);
-  EXPECT_EQ(b.dv, b_.dv);
+  EXPECT_EQ(backward_in_place(), FLAMIA_SUCCESS) << flamia_last_error();
+  expect_reference_gradients();
 }
 
 // A backward on a thread that has made no CUDA call before, as autograd runs it on its own
@@ -150,19 +160,12 @@ TEST_F(ErrorsSmall, ABackwardOnAThreadWithoutCudaCallsSucceeds) {
   flamia_status status = FLAMIA_SUCCESS;
   std::string message;
   std::thread fresh([&] {
-    flamia_attention_args a = r_->args();
-    status = flamia_backward(&a, r_->dout_view(), r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(),
-                             r_->workspace(), r_->workspace_bytes(), r_->dq_view(), r_->dk_view(), r_->dv_view());
+    status = backward_in_place();
     if (status != FLAMIA_SUCCESS) message = flamia_last_error();
   });
   fresh.join();
   ASSERT_EQ(status, FLAMIA_SUCCESS) << message;
-  r_->sync();
-  BwdResult b;
-  r_->download_bwd(&b);
-  EXPECT_EQ(b.dq, b_.dq);
-  EXPECT_EQ(b.dk, b_.dk);
-  EXPECT_EQ(b.dv, b_.dv);
+  expect_reference_gradients();
 }
 
 TEST_F(ErrorsSmall, HostTensorInDeviceCall) {
