@@ -308,12 +308,13 @@ void visit_tiles(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     float tile_max = -kInf;
     for (int j = 0; j < w; ++j) tile_max = max_nan(tile_max, s_buf[j]);
     const float m_new = max_nan(m, tile_max);
+    const float mc_prev = mc;  // what the earlier tiles' p were taken against
     mc = m_new * c;
     // 3. probabilities and the rescale factor. Tile-local P (§7): against the tile's own
     // maximum, the tile entering the row's state through beta = exp2(m_t c - mc).
     const float pc = tile_local ? tile_max * c : mc;
     for (int j = 0; j < w; ++j) p_buf[j] = std::exp2(std::fmaf(s_buf[j], c, -pc));
-    const float alpha = (m == -kInf) ? 0.0f : std::exp2(std::fmaf(m, c, -mc));
+    const float alpha = (m == -kInf) ? 0.0f : std::exp2(mc_prev - mc);
     const float beta = tile_local ? std::exp2(std::fmaf(tile_max, c, -mc)) : 1.0f;
     // 4. denominator from the unquantized p.
     float rowsum = 0.0f;
@@ -411,7 +412,7 @@ void forward_row(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
 // The same row with its visible keys cut into chunks of `chunk` keys from the document start,
 // each chunk's state computed from nothing (as a context-parallel rank computes the keys it
 // holds) and the states merged in FP32, last chunk first (the order a ring may deliver them):
-// m = max(m_a, m_b), each side scaled by exp2(fmaf(m_x, c, -m c)). Fresh fold only.
+// m = max(m_a, m_b), each side scaled by exp2(mc_x - m c) (step 3's alpha). Fresh fold only.
 void forward_row_chunked(const ForwardContext& cx, int64_t base, int L, int h, int kvh, int i, int chunk,
                          const std::vector<float>& kt, float* s_buf, float* p_buf, float* sv_buf, float* acc,
                          float* tile, std::vector<float>& part, uint16_t* out_row, float* lse_out) {
@@ -431,7 +432,7 @@ void forward_row_chunked(const ForwardContext& cx, int64_t base, int L, int h, i
       continue;
     }
     const float m = max_nan(merged.m, st.m), mc = m * c;
-    const float ea = std::exp2(std::fmaf(merged.m, c, -mc)), eb = std::exp2(std::fmaf(st.m, c, -mc));
+    const float ea = std::exp2(merged.mc - mc), eb = std::exp2(st.mc - mc);  // as step 3's alpha
     for (int d = 0; d < D; ++d) acc[d] = acc[d] * ea + part[d] * eb;
     merged = RowState{m, merged.l * ea + st.l * eb, mc, 1.0f, 0.0f};
   }

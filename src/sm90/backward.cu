@@ -428,8 +428,19 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   // fits the loop in 255 registers (select-only spills 8 accumulators there: dK/dV 7.81 →
   // 8.07 ms, docs/PERFORMANCE.md v18).
   TokenOperand<kMixed> ds = token_operand<kMixed, D == 64>(dp);
-  accumulate_token_product<D, kMixed, false>(dk, ds, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kQt);
-  accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
+  const uint32_t dk_b = kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kQt;
+  if constexpr (D == 64) {
+    // Both products in flight at once (two fresh accumulators fit at D = 64): dV's runs on
+    // the tensor core while dK's is folded, instead of each waited for in turn.
+    float fresh_k[D / 8][4], fresh_v[D / 8][4];
+    issue_token_product<D, kMixed>(fresh_k, ds, dk_b);
+    issue_token_product<D, false>(fresh_v, pv, st + S::kDot);
+    fold_token_product<D, kMixed, false, 1>(dk, fresh_k, ds);
+    fold_token_product<D, false, true, 0>(dv, fresh_v, pv);
+  } else {
+    accumulate_token_product<D, kMixed, false>(dk, ds, dk_b);
+    accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
+  }
 }
 
 template <int D, bool kMixed>

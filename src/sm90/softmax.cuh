@@ -1,6 +1,6 @@
 // Forward online softmax per query row, exactly as ALGORITHM.md §2 orders the rounding:
 // running max m (NaN-propagating), mc = m * c, p = exp2(fmaf(S, c, -mc)),
-// alpha = exp2(fmaf(m_old, c, -mc)) (0 on the first tile), l = l * alpha + rowsum(p).
+// alpha = exp2(mc_old - mc) (0 on the first tile), l = l * alpha + rowsum(p).
 // Each lane holds two rows (g and g + 8); the 4 lanes of a quad share them.
 #pragma once
 
@@ -26,8 +26,9 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float m_new = ptx::max_nan(m[r], quad_max_nan(tile_max[r]));
-      mc[r] = __fmul_rn(m_new, c);
-      alpha[r] = m[r] == -INFINITY ? 0.0f : ptx::ex2(fmaf(m[r], c, -mc[r]));
+      const float mc_new = __fmul_rn(m_new, c);
+      alpha[r] = m[r] == -INFINITY ? 0.0f : ptx::ex2(__fsub_rn(mc[r], mc_new));
+      mc[r] = mc_new;
       m[r] = m_new;
     }
     float sum[2] = {0.0f, 0.0f};

@@ -100,9 +100,10 @@ struct Literal {
             float mt = -INFINITY;
             for (int j : js) { s.push_back(S(base, i, j, h)); mt = nanmax(mt, s.back()); }
             const float m_new = nanmax(m, mt);
+            const float mc_prev = mc;
             mc = m_new * c;
             for (float sj : s) p.push_back(std::exp2(std::fmaf(sj, c, -mc)));
-            const float alpha = m == -INFINITY ? 0.0f : std::exp2(std::fmaf(m, c, -mc));
+            const float alpha = m == -INFINITY ? 0.0f : std::exp2(mc_prev - mc);
             float sum = 0.0f;
             for (float pj : p) sum += pj;
             l = l * alpha + sum;

@@ -132,7 +132,8 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     for (int k = 1; k < kChains; ++k) tile_max = ptx::max_nan(tile_max, tmax[r][k]);
     const float m_new = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tile_max), sq[r]));
     const float mc_new = __fmul_rn(m_new, c);
-    out.alpha[r] = st.m[r] == -INFINITY ? 0.0f : ptx::ex2(__fmaf_rn(st.m[r], c, -mc_new));
+    // mc_prev = fl(m_prev c), recomputed rather than kept (one register pair fewer in the loop).
+    out.alpha[r] = st.m[r] == -INFINITY ? 0.0f : ptx::ex2(__fsub_rn(__fmul_rn(st.m[r], c), mc_new));  // 1 if m stayed
     pm[r] = ptx::ex2(__fmaf_rn(m_new, c, -mc_new));  // the largest p of the tile
     st.m[r] = m_new;
     st.mc[r] = mc_new;
