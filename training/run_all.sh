@@ -32,6 +32,9 @@
 #                  by default it is deleted once the run has finished, unfinished runs keep it)
 #   PROBE_SECONDS  cap per (variant, scheme) of the leakage probe (default 40); SKIP_PROBE=1 skips it
 #   RESUME=1       pass --resume to train.py
+#   RERUN=1        train runs again that already finished (their log ends with a finished
+#                  record); by default they are kept and skipped, so a repeated or extended
+#                  sweep (more seeds, a recipe added, a cut sweep) trains only what is missing
 #   GPUS           GPU indices to spread the training runs over (e.g. "0 1"). Unset: one run
 #                  after the other on the default device, output on the terminal. Set: a queue
 #                  keeps up to GPUS x JOBS_PER_GPU runs going, each with CUDA_VISIBLE_DEVICES set
@@ -96,6 +99,12 @@ train_args() {
           "${resume[@]}" ${TRAIN_ARGS:-})
 }
 
+# finished <run>: the run's log ends with train.py's record of a run that reached its budget.
+finished() {
+    local log="training/runs/$1/log.jsonl"
+    [ -f "$log" ] && tail -n 1 "$log" | grep -q '"type": "end"' && tail -n 1 "$log" | grep -q '"truncated": false'
+}
+
 # finish <run> <recipe> <exit code> <start time>: status line, recipe skip, checkpoint cleanup.
 finish() {
     local run=$1 recipe=$2 rc=$3 took=$(( $(date +%s) - $4 ))
@@ -103,7 +112,7 @@ finish() {
         echo "== $recipe skipped from here on (flamia not available)"; skipped="$skipped$recipe "
     elif [ "$rc" -ne 0 ]; then
         echo "== $run FAILED (exit $rc)"; status=1
-    elif [ "${KEEP_CKPT:-0}" != "1" ] && grep -q '"truncated": false' "training/runs/$run/log.jsonl"; then
+    elif [ "${KEEP_CKPT:-0}" != "1" ] && finished "$run"; then
         rm -f "training/runs/$run/ckpt.pt"
     fi
     echo "== $run took $took s"
@@ -147,6 +156,10 @@ for corpus in $CORPUS; do
         [ -n "$GPUS" ] && free_slot  # first, so that a skip found by reap applies right away
         case $skipped in *" $recipe "*) continue ;; esac
         run="$corpus-hd$hd${TAG:+-$TAG}/$recipe-seed$seed"
+        if [ "${RERUN:-0}" != "1" ] && finished "$run"; then
+            echo "== $run finished before, kept"
+            continue
+        fi
         if [ -z "$GPUS" ]; then
             echo "== training $run (budget $TRAIN_TOKENS tokens, cap ${MAX_MINUTES} min)"
             t0=$(date +%s)

@@ -53,7 +53,7 @@ def sweep(tmp_path: Path, sleep: float, **env: str) -> tuple[subprocess.Complete
     fake.write_text(FAKE)
     record = tmp_path / "record.jsonl"
     full_env = {k: v for k, v in os.environ.items()
-                if k not in ("GPUS", "JOBS_PER_GPU", "CUDA_VISIBLE_DEVICES", "TAG", "RESUME", "KEEP_CKPT")}
+                if k not in ("GPUS", "JOBS_PER_GPU", "CUDA_VISIBLE_DEVICES", "TAG", "RESUME", "KEEP_CKPT", "RERUN")}
     full_env.update(PYTHON=f"{sys.executable} {fake}", FAKE_SLEEP=str(sleep), FAKE_RECORD=str(record),
                     SEEDS="1 2", RECIPES=RECIPES, SKIP_PROBE="1", **env)
     proc = subprocess.run(["bash", str(tmp_path / "training" / "run_all.sh")], env=full_env,
@@ -128,3 +128,19 @@ def test_bad_values_are_rejected_before_anything_runs(tmp_path, env, name):
     assert proc.returncode == 2
     assert proc.stdout.startswith(f"{name}: ")
     assert runs == [] and "ran" not in proc.stdout
+
+
+def test_a_repeated_sweep_trains_only_what_did_not_finish(tmp_path):
+    _, first = sweep(tmp_path, 0.0)
+    proc, both = sweep(tmp_path, 0.0)  # the record file keeps the first sweep's runs
+    again = both[len(first):]
+    # bf16 (both seeds) and per_token_fp8 seed 1 finished: kept; per_token_fp8 seed 2 failed:
+    # trained again; fp8 (flamia unavailable) is tried again and skipped again.
+    assert [r["run"] for r in again] == ["default-hd64/per_token_fp8-seed2"]
+    for run in ("bf16-seed1", "bf16-seed2", "per_token_fp8-seed1"):
+        assert f"== default-hd64/{run} finished before, kept" in proc.stdout
+    assert proc.stdout.count("fp8 skipped from here on") == 1
+    proc, all_three = sweep(tmp_path, 0.0, RERUN="1")
+    assert sorted(r["run"] for r in all_three[len(both):]) == sorted(
+        f"default-hd64/{rc}-seed{s}" for s in (1, 2) for rc in ("bf16", "per_token_fp8"))
+    assert "finished before" not in proc.stdout
