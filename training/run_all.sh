@@ -153,13 +153,13 @@ for corpus in $CORPUS; do
   for hd in $HEAD_DIM; do
     for seed in $SEEDS; do
       for recipe in $RECIPES; do
-        [ -n "$GPUS" ] && free_slot  # first, so that a skip found by reap applies right away
-        case $skipped in *" $recipe "*) continue ;; esac
         run="$corpus-hd$hd${TAG:+-$TAG}/$recipe-seed$seed"
-        if [ "${RERUN:-0}" != "1" ] && finished "$run"; then
+        if [ "${RERUN:-0}" != "1" ] && finished "$run"; then  # before waiting for a slot
             echo "== $run finished before, kept"
             continue
         fi
+        [ -n "$GPUS" ] && free_slot  # first, so that a skip found by reap applies right away
+        case $skipped in *" $recipe "*) continue ;; esac
         if [ -z "$GPUS" ]; then
             echo "== training $run (budget $TRAIN_TOKENS tokens, cap ${MAX_MINUTES} min)"
             t0=$(date +%s)
