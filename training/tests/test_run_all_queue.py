@@ -130,9 +130,10 @@ def test_bad_values_are_rejected_before_anything_runs(tmp_path, env, name):
     assert runs == [] and "ran" not in proc.stdout
 
 
-def test_a_repeated_sweep_trains_only_what_did_not_finish(tmp_path):
-    _, first = sweep(tmp_path, 0.0)
-    proc, both = sweep(tmp_path, 0.0)  # the record file keeps the first sweep's runs
+@pytest.mark.parametrize("env", [{}, {"GPUS": "0", "JOBS_PER_GPU": "2"}])
+def test_a_repeated_sweep_trains_only_what_did_not_finish(tmp_path, env):
+    _, first = sweep(tmp_path, 0.0, **env)
+    proc, both = sweep(tmp_path, 0.0, **env)  # the record file keeps the first sweep's runs
     again = both[len(first):]
     # bf16 (both seeds) and per_token_fp8 seed 1 finished: kept; per_token_fp8 seed 2 failed:
     # trained again; fp8 (flamia unavailable) is tried again and skipped again.
@@ -140,7 +141,7 @@ def test_a_repeated_sweep_trains_only_what_did_not_finish(tmp_path):
     for run in ("bf16-seed1", "bf16-seed2", "per_token_fp8-seed1"):
         assert f"== default-hd64/{run} finished before, kept" in proc.stdout
     assert proc.stdout.count("fp8 skipped from here on") == 1
-    proc, all_three = sweep(tmp_path, 0.0, RERUN="1")
+    proc, all_three = sweep(tmp_path, 0.0, RERUN="1", **env)
     assert sorted(r["run"] for r in all_three[len(both):]) == sorted(
         f"default-hd64/{rc}-seed{s}" for s in (1, 2) for rc in ("bf16", "per_token_fp8"))
     assert "finished before" not in proc.stdout
