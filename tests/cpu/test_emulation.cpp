@@ -287,6 +287,37 @@ TEST(EmulationSpec, Bf16SchemeIsCloseToExact) {
   EXPECT_LT(e.dv, 0.006);
 }
 
+// ALGORITHM.md §2 step 3: alpha = exp2(mc_prev - mc) is exactly 1 when a tile leaves a row's
+// maximum where it was, so a key tile whose every p is 0 (scores far below the maximum)
+// leaves the row's O and LSE bit for bit as they were: each row of a one-tile document equals
+// the same row with a second key tile of such keys appended (non-causal, so the first rows
+// see it). With alpha = exp2(fmaf(m, c, -mc)) — 1 up to m c's rounding error — they differ.
+TEST(EmulationSpec, AKeyTileThatAddsNothingChangesNothing) {
+  for (int D : {64, 128}) {
+    SCOPED_TRACE(D);
+    const int BN = tiles::kFwdBlockN, H = 2;
+    Pack one = random_pack({BN}, H, H, D, false, 61);
+    for (uint16_t& x : one.q) x = to_bf16(0.5f + std::fabs(from_bf16(x)) / 4);  // positive queries
+    Pack two = random_pack({2 * BN}, H, H, D, false, 62);
+    const size_t half = one.q.size();  // the first BN tokens: the one-tile document's
+    for (size_t e = 0; e < 2 * half; ++e) {
+      two.q[e] = one.q[e % half];
+      // The appended keys are -64 in every entry: their scores sit hundreds of exp2 octaves
+      // below any row's maximum, so every p of theirs is 0.
+      two.k[e] = e < half ? one.k[e] : to_bf16(-64.0f);
+      if (e < half) two.v[e] = one.v[e];
+    }
+    const EmulationConfig cfg = config(Scheme::PerToken, FLAMIA_RECIPE_FP8);
+    const Outputs a = run_emulation(one, cfg, false), b = run_emulation(two, cfg, false);
+    for (int64_t t = 0; t < BN; ++t)
+      for (int h = 0; h < H; ++h) {
+        ASSERT_TRUE(same_bits(a.lse[size_t(h) * BN + t], b.lse[size_t(h) * 2 * BN + t])) << "LSE row " << t;
+        for (int d = 0; d < D; ++d)
+          ASSERT_EQ(a.o[(size_t(t) * H + h) * D + d], b.o[(size_t(t) * H + h) * D + d]) << "O row " << t;
+      }
+  }
+}
+
 TEST(EmulationSpec, EmptyDocumentsAreAllowed) {
   const Pack with = random_pack({0, 20, 0, 0, 30, 0}, 2, 2, 64, true, 51);
   Pack without = with;
