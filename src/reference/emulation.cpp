@@ -588,10 +588,12 @@ void tile_product(const EmulationConfig& cfg, bool fp8, const float* x, int r0, 
 
 // dV and dK contributions of one query head to key rows of one document: for each key j,
 // query tiles [m0, m0 + BM) from the document start, each tile product in a fresh
-// accumulator, multiplied by its scale and added in FP32.
+// accumulator, multiplied by its scale and added in FP32. Only the tiles that start in
+// [q_lo, q_hi) (a context-parallel rank's query chunk; all of them by default).
 void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMatrices& pm,
                      const Operand& q8, const Operand& do8, int64_t base, int L, int h,
-                     float* dk_acc, float* dv_acc) {
+                     float* dk_acc, float* dv_acc, int q_lo = 0,
+                     int q_hi = std::numeric_limits<int>::max()) {
   const int D = p.head_dim, BM = cfg.tiling.bwd_block_m;
   const BackwardPrecision prec = backward_precision(cfg);
   for_rows(L, [&](int first, int stride) {
@@ -600,7 +602,7 @@ void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMat
       float* dkj = dk_acc + size_t(j) * D;
       float* dvj = dv_acc + size_t(j) * D;
       const int ibeg = query_begin(j, p.causal);
-      for (int m0 = ibeg / BM * BM; m0 < L; m0 += BM) {
+      for (int m0 = std::max(ibeg / BM * BM, q_lo); m0 < std::min(L, q_hi); m0 += BM) {
         // Tile rows r in [0, n) are queries m0 + r; the visible ones start at r0.
         const int r0 = std::max(m0, ibeg) - m0, n = std::min(m0 + BM, L) - m0;
         std::fill(x.begin(), x.end(), 0.0f);
@@ -665,10 +667,15 @@ void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices
 
 }  // namespace
 
-void emulate_backward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
-                      const uint16_t* k, const uint16_t* v, const uint16_t* dout,
-                      const uint16_t* out, const float* lse, uint16_t* dq, uint16_t* dk,
-                      uint16_t* dv) {
+namespace {
+
+// chunk_queries = 0: the specification's backward. Otherwise dK/dV as a context-parallel
+// ring may reduce them: per chunk of chunk_queries queries from the document start (its
+// tiles over the group's query heads in the usual order, from zero), the chunks' FP32
+// partials then added in ascending chunk order. dQ is the same in both.
+void backward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, const uint16_t* k,
+              const uint16_t* v, const uint16_t* dout, const uint16_t* out, const float* lse, int chunk_queries,
+              uint16_t* dq, uint16_t* dk, uint16_t* dv) {
   const int64_t T = p.total_tokens;
   const int Hq = p.hq, Hkv = p.hkv, D = p.head_dim, group = Hq / Hkv;
   // The same quantized operands and scales as the forward (§2 of DESIGN.md).
@@ -680,9 +687,12 @@ void emulate_backward(const Problem& p, const EmulationConfig& cfg, const uint16
     const int64_t base = p.cu_seqlens[b];
     const int L = int(p.cu_seqlens[b + 1] - base);
     if (L <= 0) continue;
+    const int chunk = chunk_queries > 0 ? chunk_queries : L;
+    const int chunks = (L + chunk - 1) / chunk;
     for (int kvh = 0; kvh < Hkv; ++kvh) {
-      // dK/dV of a kv head sum over its query heads in increasing order, then tiles.
-      std::vector<float> dk_acc(size_t(L) * D, 0.0f), dv_acc(size_t(L) * D, 0.0f);
+      // dK/dV of a kv head sum over its query heads in increasing order, then tiles; per
+      // query chunk when chunked.
+      std::vector<float> dk_acc(size_t(chunks) * L * D, 0.0f), dv_acc(size_t(chunks) * L * D, 0.0f);
       for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
         std::vector<float> lse2(L), Drow(L);
         for (int i = 0; i < L; ++i) {
@@ -694,9 +704,18 @@ void emulate_backward(const Problem& p, const EmulationConfig& cfg, const uint16
         }
         const PairMatrices pm =
             pair_matrices(p, cfg, q8, k8, v8, do8, lse2.data(), Drow.data(), base, L, h, kvh);
-        accumulate_dkdv(p, cfg, pm, q8, do8, base, L, h, dk_acc.data(), dv_acc.data());
+        for (int c = 0; c < chunks; ++c)
+          accumulate_dkdv(p, cfg, pm, q8, do8, base, L, h, dk_acc.data() + size_t(c) * L * D,
+                          dv_acc.data() + size_t(c) * L * D, c * chunk, (c + 1) * chunk);
         compute_dq(p, cfg, pm, k8, base, L, h, kvh, dq);
       }
+      // The partials added in chunk order (the first taken as it is: one chunk is the
+      // specification's sum bit for bit).
+      for (int c = 1; c < chunks; ++c)
+        for (size_t e = 0; e < size_t(L) * D; ++e) {
+          dk_acc[e] += dk_acc[size_t(c) * L * D + e];
+          dv_acc[e] += dv_acc[size_t(c) * L * D + e];
+        }
       for (int j = 0; j < L; ++j) {
         const size_t row = (size_t(base + j) * Hkv + kvh) * D;
         for (int d = 0; d < D; ++d) {
@@ -706,6 +725,25 @@ void emulate_backward(const Problem& p, const EmulationConfig& cfg, const uint16
       }
     }
   }
+}
+
+}  // namespace
+
+void emulate_backward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                      const uint16_t* k, const uint16_t* v, const uint16_t* dout,
+                      const uint16_t* out, const float* lse, uint16_t* dq, uint16_t* dk,
+                      uint16_t* dv) {
+  backward(p, cfg, q, k, v, dout, out, lse, 0, dq, dk, dv);
+}
+
+void emulate_backward_chunked(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                              const uint16_t* k, const uint16_t* v, const uint16_t* dout,
+                              const uint16_t* out, const float* lse, int chunk_queries, uint16_t* dq,
+                              uint16_t* dk, uint16_t* dv) {
+  validate(cfg);
+  if (chunk_queries <= 0 || chunk_queries % cfg.tiling.bwd_block_m != 0)
+    throw std::invalid_argument("chunk_queries: expected a positive multiple of tiling.bwd_block_m");
+  backward(p, cfg, q, k, v, dout, out, lse, chunk_queries, dq, dk, dv);
 }
 
 }  // namespace ref

@@ -132,6 +132,16 @@ void emulate_backward(const Problem& p, const EmulationConfig& cfg, const uint16
                       const uint16_t* k, const uint16_t* v, const uint16_t* dout,
                       const uint16_t* out, const float* lse, uint16_t* dq, uint16_t* dk,
                       uint16_t* dv);
+// The backward with dK/dV reduced as a context-parallel ring may reduce them: per chunk of
+// chunk_queries queries (a multiple of tiling.bwd_block_m) from each document's start, that
+// chunk's query tiles summed from zero (heads, then tiles, in the usual order), and the
+// chunks' FP32 partials added in ascending chunk order. dQ (and, with one chunk, everything)
+// is emulate_backward's bit for bit; dK/dV differ from it by the reassociation of FP32 adds.
+// Keeps one partial per chunk (chunks x L x D floats per document and kv head).
+void emulate_backward_chunked(const Problem& p, const EmulationConfig& cfg, const uint16_t* q,
+                              const uint16_t* k, const uint16_t* v, const uint16_t* dout,
+                              const uint16_t* out, const float* lse, int chunk_queries, uint16_t* dq,
+                              uint16_t* dk, uint16_t* dv);
 
 }  // namespace ref
 }  // namespace flamia

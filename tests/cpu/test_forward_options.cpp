@@ -252,6 +252,52 @@ Outputs run_chunked(const Pack& pk, const EmulationConfig& cfg, int chunk) {
   return r;
 }
 
+// The backward with dK/dV reduced per query chunk (what a context-parallel ring's
+// reduce-scatter computes, docs/CONTEXT_PARALLEL.md "Backward"): dQ is the one-pass dQ bit for
+// bit, one chunk per document is the one-pass backward bit for bit, and smaller chunks move
+// dK/dV only by the reassociation of FP32 adds: at most one BF16 ulp, on few elements.
+TEST(ForwardOptions, ChunkedBackwardIsTheOnePassBackwardUpToFp32Order) {
+  const Pack pk = random_pack({1, 64, 65, 300, 190}, 4, 2, 64, true, 63);
+  const EmulationConfig cfg = config(Scheme::PerToken, FLAMIA_RECIPE_FP8);
+  const Outputs one = run_emulation(pk, cfg, true);
+  const Problem& p = pk.p;
+  auto chunked = [&](int chunk) {
+    Outputs r = one;
+    emulate_backward_chunked(p, cfg, pk.q.data(), pk.k.data(), pk.v.data(), pk.dout.data(), one.o.data(),
+                             one.lse.data(), chunk, r.dq.data(), r.dk.data(), r.dv.data());
+    return r;
+  };
+  const int BM = cfg.tiling.bwd_block_m;
+  const Outputs whole = chunked(320 / BM * BM + BM);  // longer than every document
+  EXPECT_EQ(whole.dq, one.dq);
+  EXPECT_EQ(whole.dk, one.dk);
+  EXPECT_EQ(whole.dv, one.dv);
+  // The FP32 sums differ in their last bits; after the BF16 rounding of dK and dV that is at
+  // most one BF16 ulp, and rarely even that.
+  auto within_one_ulp = [](const Bits& a, const Bits& b, const char* what) {
+    int flips = 0;
+    for (size_t e = 0; e < a.size(); ++e) {
+      if (a[e] == b[e]) continue;
+      ++flips;
+      const float x = from_bf16(a[e]), y = from_bf16(b[e]);
+      EXPECT_LE(std::fabs(x - y), std::ldexp(std::fmax(std::fabs(x), std::fabs(y)), -7)) << what << " element " << e;
+    }
+    EXPECT_LE(flips, int(a.size() / 1000)) << what;
+    return flips;
+  };
+  for (int chunk : {BM, 2 * BM}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    const Outputs parts = chunked(chunk);
+    EXPECT_EQ(parts.dq, one.dq);
+    const int dk = within_one_ulp(parts.dk, one.dk, "dK"), dv = within_one_ulp(parts.dv, one.dv, "dV");
+    std::printf("chunk %d: %d of %zu dK and %d dV elements one BF16 ulp off the one-pass backward\n", chunk, dk,
+                one.dk.size(), dv);
+  }
+  EXPECT_THROW(emulate_backward_chunked(p, cfg, pk.q.data(), pk.k.data(), pk.v.data(), pk.dout.data(),
+                                        one.o.data(), one.lse.data(), BM + 1, nullptr, nullptr, nullptr),
+               std::invalid_argument);
+}
+
 // A row's keys in chunks computed apart and merged last chunk first (what a context-parallel
 // ring computes, docs/CONTEXT_PARALLEL.md): with tile-local P every tile's FP8 codes are the
 // one-pass codes, so O and LSE differ only by FP32 order — rows inside one chunk bit for
