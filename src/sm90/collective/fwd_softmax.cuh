@@ -63,6 +63,23 @@ struct KeyScales {
 // for |m c| >= 2^21, and NaN (no visible key yet) never is inside.
 __device__ __forceinline__ bool pm_keeps_tile_sigma(float pm) { return pm > 0.875f && pm <= 1.75f; }
 
+// Calls f(n, e, a) for every element [n][e] of the lane's score tile, a the value of the
+// per-key array `keys` (in scales_index order) for the element's column: one float4 load
+// serves n8-tiles 2 n2 and 2 n2 + 1, the four lanes of a quad reading distinct banks.
+template <class F>
+__device__ __forceinline__ void for_each_score(const float* keys, F f) {
+  const float4* key4 = reinterpret_cast<const float4*>(keys) + (lane_id() & 3);
+#pragma unroll
+  for (int n2 = 0; n2 < 8; ++n2) {
+    const float4 v4 = key4[4 * n2];
+    const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f(2 * n2 + h, e, vv[2 * h + (e & 1)]);
+  }
+}
+
 // p = exp2(S c - mc), its row sums (the unquantized p) into sum, and in place x = p * (sv /
 // sigma), the value P8 rounds: from svn when every row's sigma is the tile's (kWhole), else
 // from sv and the row's 1 / sigma. sv / sigma is exact (powers of two), so both are the
@@ -72,26 +89,14 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
                                               const float (&inv)[2], const RowState& st, const DocMask& mask,
                                               int i0, int n0, float (&sum)[2][kChains]) {
   const int q = lane_id() & 3;
-  const float4* scale4 = reinterpret_cast<const float4*>(kWhole ? ks.svn : ks.sv) + q;
-#pragma unroll
-  for (int n2 = 0; n2 < 8; ++n2) {
-    const float4 v4 = scale4[4 * n2];
-    const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int n = 2 * n2 + h;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1, k = (2 * n + (e & 1)) % kChains;
-        const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
-        sum[r][k] = __fadd_rn(sum[r][k], p);
-        const float v = vv[2 * h + (e & 1)];
-        float x = __fmul_rn(p, kWhole ? v : __fmul_rn(v, inv[r]));
-        if (kMask && !mask.visible(i0 + 8 * r, n0 + 8 * n + 2 * q + (e & 1))) x = 0.0f;
-        s[n][e] = x;
-      }
-    }
-  }
+  for_each_score(kWhole ? ks.svn : ks.sv, [&](int n, int e, float v) {
+    const int r = e >> 1, k = (2 * n + (e & 1)) % kChains;
+    const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
+    sum[r][k] = __fadd_rn(sum[r][k], p);
+    float x = __fmul_rn(p, kWhole ? v : __fmul_rn(v, inv[r]));
+    if (kMask && !mask.visible(i0 + 8 * r, n0 + 8 * n + 2 * q + (e & 1))) x = 0.0f;
+    s[n][e] = x;
+  });
 }
 
 // s: Q·Kᵀ of the tile (raw sums). ks: the tile's key values (KeyScales). i0: this lane's
@@ -101,29 +106,18 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
                                              RowState& st, TileP& out) {
   const int q = lane_id() & 3;
-  const float4* sk4 = reinterpret_cast<const float4*>(ks.sk) + q;  // step m at sk4[4 m]
   float tmax[2][kChains];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int k = 0; k < kChains; ++k) tmax[r][k] = -INFINITY;
-#pragma unroll
-  for (int n2 = 0; n2 < 8; ++n2) {
-    const float4 k4 = sk4[4 * n2];  // columns of n8-tiles 2 n2 and 2 n2 + 1
-    const float skv[4] = {k4.x, k4.y, k4.z, k4.w};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int n = 2 * n2 + h;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float t = __fmul_rn(s[n][e], skv[2 * h + (e & 1)]);
-        if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) t = -INFINITY;
-        s[n][e] = t;
-        float& m = tmax[e >> 1][(2 * n + (e & 1)) % kChains];
-        m = ptx::max_nan(m, t);
-      }
-    }
-  }
+  for_each_score(ks.sk, [&](int n, int e, float sk) {
+    float t = __fmul_rn(s[n][e], sk);
+    if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) t = -INFINITY;
+    s[n][e] = t;
+    float& m = tmax[e >> 1][(2 * n + (e & 1)) % kChains];
+    m = ptx::max_nan(m, t);
+  });
   float pm[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
