@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "sm90/forward_args.cuh"
+#include "sm90/forward_item.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
 #include "sm90/per_device.h"
@@ -87,43 +88,26 @@ template <int D>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant__ FwdArgs a) {
   using S = FwdSmem<D>;
   extern __shared__ __align__(128) uint8_t smem[];
-  const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
-  if (slot >= item_count(a.work)) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
-  if (dt.len == 0) return;
-  const int hk = h / (a.hq / a.hkv);
-  const int g = lane_id() >> 2, q = lane_id() & 3;
-  const int m0 = dt.tile * kTileTokens;
-  const int num_key_tiles = a.causal ? dt.tile + 1 : dt.num_tiles;
-  const DocMask mask{dt.len, a.causal};
+  RefItem<D> it;
+  if (!it.take(a)) return;
   const uint32_t base = ptx::smem_addr(smem);
-
-  const int64_t q_row = int64_t(a.hq) * D, kv_row = int64_t(a.hkv) * D;
-  const uint8_t* k_src = a.k8 + dt.tok0 * kv_row + hk * D;
-  const uint8_t* vt_src = a.vt8 + int64_t(hk) * D * a.tpad + dt.pstart;
-  const float* sk_src = a.sk + hk * a.total_tokens + dt.tok0;
-  const float* sv_src = a.sv + hk * a.total_tokens + dt.tok0;
   auto load_key_tile = [&](int n) {
-    const int n0 = n * kTileTokens, valid = min(kTileTokens, dt.len - n0);
+    const int n0 = n * kTileTokens, valid = min(kTileTokens, it.dt.len - n0);
     const uint32_t st = base + S::stage(n & 1);
-    load_fp8_rows<D>(st + S::kK, k_src + n0 * kv_row, kv_row, valid);
-    load_fp8_cols<D>(st + S::kVt, vt_src + n0, a.tpad, valid);
-    if (threadIdx.x < kTileTokens) load_scalar(st + S::kSk, sk_src + n0, valid, threadIdx.x);
-    else load_scalar(st + S::kSv, sv_src + n0, valid, threadIdx.x - kTileTokens);
+    load_fp8_rows<D>(st + S::kK, it.k_src + n0 * it.kv_row, it.kv_row, valid);
+    load_fp8_cols<D>(st + S::kVt, it.vt_src + n0, a.tpad, valid);
+    if (threadIdx.x < kTileTokens) load_scalar(st + S::kSk, it.sk_src + n0, valid, threadIdx.x);
+    else load_scalar(st + S::kSv, it.sv_src + n0, valid, threadIdx.x - kTileTokens);
   };
 
-  load_fp8_rows<D>(base + S::kQ, a.q8 + (dt.tok0 + m0) * q_row + h * D, q_row, min(kTileTokens, dt.len - m0));
+  load_fp8_rows<D>(base + S::kQ, it.q_src(a), it.q_row, min(kTileTokens, it.dt.len - it.m0));
   ptx::cp_async_commit();
   load_key_tile(0);
   ptx::cp_async_commit();
 
-  const int i0 = m0 + 16 * warp_id() + g;  // this lane's rows: i0 and i0 + 8
+  const int i0 = it.row0();
   float sq_row[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = i0 + 8 * r;
-    sq_row[r] = i < dt.len ? a.sq[h * a.total_tokens + dt.tok0 + i] : 0.0f;
-  }
+  it.load_sq_rows(a, i0, sq_row);
 
   float acc[D / 8][4];
 #pragma unroll
@@ -132,31 +116,22 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant
     for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
   OnlineSoftmax softmax;
 
-  for (int n = 0; n < num_key_tiles; ++n) {
-    if (n + 1 < num_key_tiles) load_key_tile(n + 1);
+  for (int n = 0; n < it.num_key_tiles; ++n) {
+    if (n + 1 < it.num_key_tiles) load_key_tile(n + 1);
     ptx::cp_async_commit();
     ptx::cp_async_wait<1>();  // Q and key tile n landed (this thread's copies)
     const int n0 = n * kTileTokens;
-    clear_cols_tail<D>(smem + S::stage(n & 1) + S::kVt, dt.len - n0);
+    clear_cols_tail<D>(smem + S::stage(n & 1) + S::kVt, it.dt.len - n0);
     __syncthreads();
     const uint32_t st = base + S::stage(n & 1);
     const uint8_t* st_ptr = smem + S::stage(n & 1);
-    if (mask_needed_for_query_rows(mask, dt.tile, n, kTileTokens))
-      forward_key_tile<D, true>(base + S::kQ, st, st_ptr, sq_row, mask, i0, n0, a.c, softmax, acc);
+    if (mask_needed_for_query_rows(it.mask, it.dt.tile, n, kTileTokens))
+      forward_key_tile<D, true>(base + S::kQ, st, st_ptr, sq_row, it.mask, i0, n0, a.c, softmax, acc);
     else
-      forward_key_tile<D, false>(base + S::kQ, st, st_ptr, sq_row, mask, i0, n0, a.c, softmax, acc);
+      forward_key_tile<D, false>(base + S::kQ, st, st_ptr, sq_row, it.mask, i0, n0, a.c, softmax, acc);
     __syncthreads();  // the stage is refilled by the next iteration's prefetch
   }
-
-  // Epilogue: O and LSE of the rows inside the document.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = i0 + 8 * r;
-    if (i >= dt.len) continue;
-    const int64_t tok = dt.tok0 + i;
-    store_o_row<D>(a.out + (tok * a.hq + h) * D + 2 * q, a.lse + h * a.total_tokens + tok, acc, r, softmax.l[r],
-                   softmax.mc[r]);
-  }
+  it.store(a, i0, acc, softmax.l, softmax.mc);
 }
 
 template <int D>

@@ -38,6 +38,7 @@
 #include <cstring>
 
 #include "sm90/forward_args.cuh"
+#include "sm90/forward_item.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
 #include "sm90/per_device.h"
@@ -177,22 +178,17 @@ template <int D, bool kPromote>
 __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_constant__ FwdArgs a) {
   using S = WgSmem<D>;
   extern __shared__ __align__(128) uint8_t smem[];
-  const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
-  if (slot >= item_count(a.work)) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
-  if (dt.len == 0) return;
-  const int hk = h / (a.hq / a.hkv);
-  const int g = lane_id() >> 2, q = lane_id() & 3;
-  const int m0 = dt.tile * kTileTokens;
-  const int num_key_tiles = a.causal ? dt.tile + 1 : dt.num_tiles;
-  const DocMask mask{dt.len, a.causal};
+  RefItem<D> it;
+  if (!it.take(a)) return;
+  const DocTile& dt = it.dt;
+  const DocMask& mask = it.mask;
+  const int m0 = it.m0, num_key_tiles = it.num_key_tiles;
+  const int64_t q_row = it.q_row, kv_row = it.kv_row;
+  const uint8_t* k_src = it.k_src;
+  const uint8_t* vt_src = it.vt_src;
+  const float* sk_src = it.sk_src;
+  const float* sv_src = it.sv_src;
   const uint32_t base = ptx::smem_addr(smem);
-
-  const int64_t q_row = int64_t(a.hq) * D, kv_row = int64_t(a.hkv) * D;
-  const uint8_t* k_src = a.k8 + dt.tok0 * kv_row + hk * D;
-  const uint8_t* vt_src = a.vt8 + int64_t(hk) * D * a.tpad + dt.pstart;
-  const float* sk_src = a.sk + hk * a.total_tokens + dt.tok0;
-  const float* sv_src = a.sv + hk * a.total_tokens + dt.tok0;
   auto load_key_tile = [&](int n) {
     const int n0 = n * kTileTokens, valid = min(kTileTokens, dt.len - n0);
     const uint32_t st = base + S::stage(n % kStages);
@@ -202,17 +198,13 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
     else load_scalar(st + S::kSv, sv_src + n0, valid, threadIdx.x - kTileTokens);
   };
 
-  load_kmajor_rows<D>(base + S::kQ, a.q8 + (dt.tok0 + m0) * q_row + h * D, q_row, min(kTileTokens, dt.len - m0));
+  load_kmajor_rows<D>(base + S::kQ, it.q_src(a), q_row, min(kTileTokens, dt.len - m0));
   load_key_tile(0);
   ptx::cp_async_commit();
 
-  const int i0 = m0 + 16 * warp_id() + g;  // this lane's rows: i0 and i0 + 8
+  const int i0 = it.row0();  // this lane's rows: i0 and i0 + 8
   float sq_row[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = i0 + 8 * r;
-    sq_row[r] = i < dt.len ? a.sq[h * a.total_tokens + dt.tok0 + i] : 0.0f;
-  }
+  it.load_sq_rows(a, i0, sq_row);
 
   float acc[D / 8][4];
 #pragma unroll
@@ -283,15 +275,7 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(const __grid_co
   issue_tile_product<D, kPromote>(fresh, p8, last_vt);
   finish_tile_product<D, kPromote>(acc, fresh, p8, last_vt, alpha, sigma);
 
-  // Epilogue: O and LSE of the rows inside the document.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = i0 + 8 * r;
-    if (i >= dt.len) continue;
-    const int64_t tok = dt.tok0 + i;
-    store_o_row<D>(a.out + (tok * a.hq + h) * D + 2 * q, a.lse + h * a.total_tokens + tok, acc, r, softmax.l[r],
-                   softmax.mc[r]);
-  }
+  it.store(a, i0, acc, softmax.l, softmax.mc);
 }
 
 template <int D, bool kPromote>
