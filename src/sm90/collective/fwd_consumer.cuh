@@ -9,7 +9,7 @@
 //   acc = acc * alpha + sigma * fresh    (FP32; sigma * fresh is exact, so one FMUL + FFMA).
 // Software-pipelined: the P·V of tile n and the S of tile n + 1 are issued together, and the
 // fold of P·V(n) runs while the tensor core computes S(n + 1). The two consumer warpgroups
-// take turns issuing (ping-pong on two named barriers, one turn a tile): while one
+// take turns issuing at D = 128 (ping-pong on two named barriers, one turn a tile): while one
 // warpgroup's softmax runs on the FP32/MUFU pipes, the other's MMAs run on the tensor cores.
 #pragma once
 
@@ -27,12 +27,21 @@ namespace fwd {
 
 // Ping-pong: consumer c waits on its own barrier before issuing MMAs and then releases the
 // other's. Consumer 1 opens the first turn for consumer 0; consumer 0 closes the last one.
+// At D = 64 the consumers issue as they come (the tensor core queues them): there a tile's
+// MMAs are half as long against the same softmax, and without the turn the forward is 2.6 %
+// faster on llama1b-pack; at D = 128 the turn is kept (docs/PERFORMANCE.md v23a).
+template <int D>
 struct TurnOrder {
+  static constexpr bool kTakesTurns = D == 128;
   int mine, other;
   __device__ explicit TurnOrder(int consumer)
       : mine(warpgroup::kFirstNamedBarrier + consumer), other(warpgroup::kFirstNamedBarrier + 1 - consumer) {}
-  __device__ void begin() const { warpgroup::bar_sync(mine, 256); }
-  __device__ void end() const { warpgroup::bar_arrive(other, 256); }
+  __device__ void begin() const {
+    if constexpr (kTakesTurns) warpgroup::bar_sync(mine, 256);
+  }
+  __device__ void end() const {
+    if constexpr (kTakesTurns) warpgroup::bar_arrive(other, 256);
+  }
 };
 
 template <int D>
@@ -43,7 +52,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, q = lane & 3;
   const uint32_t q_tile = base + P::kQ + consumer_idx * P::kQTile;
-  const TurnOrder turns(consumer_idx);
+  const TurnOrder<D> turns(consumer_idx);
   if (consumer_idx == 1) turns.end();
 
   const int items = item_count(p.work) * p.hq;
