@@ -29,7 +29,7 @@ if recipe == "fp8":
     sys.exit(3)
 time.sleep(float(os.environ["FAKE_SLEEP"]))
 rec = {"run": run, "recipe": recipe, "seed": int(seed), "start": start, "end": time.time(),
-       "gpu": os.environ.get("CUDA_VISIBLE_DEVICES")}
+       "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "lr": opt.get("--lr")}
 with open(os.environ["FAKE_RECORD"], "a") as f:
     f.write(json.dumps(rec) + "\n")
 if recipe == "per_token_fp8" and seed == "2":
@@ -53,7 +53,8 @@ def sweep(tmp_path: Path, sleep: float, **env: str) -> tuple[subprocess.Complete
     fake.write_text(FAKE)
     record = tmp_path / "record.jsonl"
     full_env = {k: v for k, v in os.environ.items()
-                if k not in ("GPUS", "JOBS_PER_GPU", "CUDA_VISIBLE_DEVICES", "TAG", "RESUME", "KEEP_CKPT", "RERUN")}
+                if k not in ("GPUS", "JOBS_PER_GPU", "CUDA_VISIBLE_DEVICES", "TAG", "RESUME", "KEEP_CKPT", "RERUN", "LR",
+                              "TRAIN_ARGS")}
     full_env.update(PYTHON=f"{sys.executable} {fake}", FAKE_SLEEP=str(sleep), FAKE_RECORD=str(record),
                     SEEDS="1 2", RECIPES=RECIPES, SKIP_PROBE="1", **env)
     proc = subprocess.run(["bash", str(tmp_path / "training" / "run_all.sh")], env=full_env,
@@ -122,7 +123,8 @@ def test_two_runs_on_one_gpu(tmp_path):
 
 @pytest.mark.parametrize("env, name", [({"GPUS": "0,1"}, "GPUS"), ({"GPUS": "cuda:0"}, "GPUS"),
                                        ({"GPUS": "0", "JOBS_PER_GPU": "0"}, "JOBS_PER_GPU"),
-                                       ({"GPUS": "0", "JOBS_PER_GPU": "two"}, "JOBS_PER_GPU")])
+                                       ({"GPUS": "0", "JOBS_PER_GPU": "two"}, "JOBS_PER_GPU"),
+                                       ({"LR": "fast"}, "LR"), ({"LR": "-1e-3"}, "LR")])
 def test_bad_values_are_rejected_before_anything_runs(tmp_path, env, name):
     proc, runs = sweep(tmp_path, 0.0, **env)
     assert proc.returncode == 2
@@ -145,3 +147,13 @@ def test_a_repeated_sweep_trains_only_what_did_not_finish(tmp_path, env):
     assert sorted(r["run"] for r in all_three[len(both):]) == sorted(
         f"default-hd64/{rc}-seed{s}" for s in (1, 2) for rc in ("bf16", "per_token_fp8"))
     assert "finished before" not in proc.stdout
+
+
+def test_peak_learning_rate(tmp_path):
+    # 6e-4 unless LR says otherwise; TRAIN_ARGS come last, so an --lr there wins (argparse).
+    _, runs = sweep(tmp_path, 0.0)
+    assert runs and {r["lr"] for r in runs} == {"6e-4"}
+    _, runs = sweep(tmp_path, 0.0, LR="1e-3", RERUN="1")
+    assert {r["lr"] for r in runs[-3:]} == {"1e-3"}
+    _, runs = sweep(tmp_path, 0.0, TRAIN_ARGS="--lr 2e-4", RERUN="1")
+    assert {r["lr"] for r in runs[-3:]} == {"2e-4"}
