@@ -127,3 +127,17 @@ def verdict(gaps_pct: Sequence[float], tol: float = TOLERANCE_PCT) -> str:
     if need is None:
         return f"cannot tell yet, mean gap {iv.mean:+.2f} % sits on the {tol:g} % edge"
     return f"cannot tell yet, needs ~{need} seeds"
+
+
+def upper_end_reading(gaps_pct: Sequence[float], tol: float = TOLERANCE_PCT) -> str:
+    """One-sided reading of the paired gaps (recipe vs bf16, %): is the recipe worse than bf16
+    by more than tol? Read off the upper end of the 95 % interval (a one-sided 97.5 % bound)."""
+    n = len(gaps_pct)
+    if n < 2:
+        return f"no interval yet (has {n} paired seed{'s' if n != 1 else ''})"
+    iv = t_interval(gaps_pct)
+    if iv.hi <= tol:
+        return f"not worse than bf16 by more than {tol:g} % (upper end {iv.hi:+.2f} %)"
+    if iv.lo > tol:
+        return f"worse than bf16 by more than {tol:g} %"
+    return f"cannot rule out more than {tol:g} % worse (upper end {iv.hi:+.2f} %)"

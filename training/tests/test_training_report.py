@@ -7,8 +7,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import report  # noqa: E402
 
 
-def write_run(runs, recipe, seed, final, truncated=False, fp="same", corpus="alt", hd=64):
-    d = runs / f"{corpus}-hd{hd}" / f"{recipe}-seed{seed}"
+def write_run(runs, recipe, seed, final, truncated=False, fp="same", corpus="alt", hd=64, tag=""):
+    d = runs / f"{corpus}-hd{hd}{'-' + tag if tag else ''}" / f"{recipe}-seed{seed}"
     d.mkdir(parents=True)
     cfg = {"type": "config", "recipe": recipe, "seed": seed, "params": 1e6, "tokens_per_step": 4096,
            "model": {"head_dim": hd, "n_heads": 12, "n_kv_heads": 4}, "device": "test",
@@ -105,3 +105,23 @@ def test_curves_show_only_the_runs_the_tables_count(tmp_path):
     shown = report.finished_runs(logs)
     assert sorted(shown) == ["bf16", "fp8"]
     assert sorted(shown["bf16"]) == [1, 2] and sorted(shown["fp8"]) == [1]
+
+
+def test_pooled_over_the_settings_of_one_family(tmp_path):
+    runs = tmp_path / "runs"
+    # family "8M": alt-hd64 gaps -1, 0, +1 and default-hd128 gaps -2, 0 -> pooled -0.40 %, std 1.14,
+    # t(4) = 2.776: half-width 1.416 -> [-1.82, +1.02]; family "8M-lr6e-4" has one setting: no line.
+    for seed, f in {1: 0.99, 2: 1.00, 3: 1.01}.items():
+        write_run(runs, "bf16", seed, 1.0, tag="8M")
+        write_run(runs, "fp8", seed, f, tag="8M")
+    for seed, f in {1: 0.98, 2: 1.00}.items():
+        write_run(runs, "bf16", seed, 1.0, corpus="default", hd=128, tag="8M")
+        write_run(runs, "fp8", seed, f, corpus="default", hd=128, tag="8M")
+        write_run(runs, "bf16", seed, 1.0, tag="8M-lr6e-4")
+        write_run(runs, "fp8", seed, f, tag="8M-lr6e-4")
+    text = run_report(tmp_path)
+    assert "- `fp8` over `alt-hd64-8M`, `default-hd128-8M`: -0.40 % [-1.82, +1.02] over 5 paired seeds" in text
+    assert "one-sided: **cannot rule out more than 1 % worse (upper end +1.02 %)**" in text
+    assert "`alt-hd64-8M-lr6e-4`," not in text.split("Pooled over")[1]
+    assert report.setting_family("default-hd128-8M-lr6e-4") == "8M-lr6e-4"
+    assert report.setting_family("alt-hd64") == ""

@@ -97,3 +97,13 @@ def test_seeds_for_half_width():
     assert stats.seeds_for_half_width(float("nan")) is None
     with pytest.raises(ValueError):
         stats.seeds_for_half_width(1.0, 0.0)
+
+
+def test_upper_end_reading_is_one_sided():
+    # -2, -1, 0: mean -1, std 1, t(2) = 4.303: upper end -1 + 4.303/sqrt(3) = +1.48
+    assert stats.upper_end_reading([-2.0, -1.0, 0.0]) == "cannot rule out more than 1 % worse (upper end +1.48 %)"
+    # ten gaps -1 +- 0.5: upper end -1 + 2.262 * 0.527 / sqrt(10) < 0
+    gaps = [-1.5, -0.5] * 5
+    assert stats.upper_end_reading(gaps).startswith("not worse than bf16 by more than 1 % (upper end -0.6")
+    assert stats.upper_end_reading([3.0, 3.2, 2.8]) == "worse than bf16 by more than 1 %"
+    assert stats.upper_end_reading([0.5]) == "no interval yet (has 1 paired seed)"
