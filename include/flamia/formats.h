@@ -19,6 +19,10 @@
 namespace flamia {
 namespace fmt {
 
+// log2(e) in FP32: c = softmax_scale * kLog2e and lse2 = LSE * kLog2e (ALGORITHM.md §2, §3)
+// are the same products wherever they are formed.
+constexpr float kLog2e = 1.4426950408889634f;
+
 FLAMIA_HD uint32_t f32_bits(float x) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(x);

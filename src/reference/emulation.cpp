@@ -52,7 +52,7 @@ void validate(const EmulationConfig& cfg) {
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
+using fmt::kLog2e;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();

@@ -60,7 +60,7 @@ namespace flamia {
 namespace sm90 {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
+using fmt::kLog2e;
 
 struct BwdArgs {
   // The streamed tiles (TMA): row tiles box D x 1 x 64 tokens, D-byte swizzle; column

@@ -50,7 +50,7 @@ inline FwdArgs make_fwd_args(const Params& p, const void* qkv8, void* out, float
   a.hq = p.hq;
   a.hkv = p.hkv;
   a.causal = p.causal;
-  a.c = p.softmax_scale * 1.4426950408889634f;
+  a.c = p.softmax_scale * fmt::kLog2e;
   *slots = layout.work.capacity;
   return a;
 }

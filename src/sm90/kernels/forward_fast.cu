@@ -98,7 +98,7 @@ cudaError_t forward_fast(const Params& p, const void* qkv8, void* out, float* ls
   prm.hq = p.hq;
   prm.hkv = p.hkv;
   prm.causal = p.causal;
-  prm.c = p.softmax_scale * 1.4426950408889634f;
+  prm.c = p.softmax_scale * fmt::kLog2e;
   if (p.head_dim == 64) return fwd::launch<64>(prm, layout.fwd_work.capacity, p.stream);
   if (p.head_dim == 128) return fwd::launch<128>(prm, layout.fwd_work.capacity, p.stream);
   return cudaErrorInvalidValue;
