@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Times several source trees against each other in one GPU call: builds their libraries and
+# flamia_bench side by side, then runs flamia_bench on each tree in turn, ROUNDS times
+# (alternating, so that clock and thermal drift reach every tree alike), and prints per
+# workload, recipe and phase every tree's times, their medians and the change against the
+# first tree (tools/ab_summary.py). Trees are directories holding a copy of the repository
+# (e.g. made with `git archive REV | tar -x -C DIR`); the first is the reference.
+#   bash tools/ab_bench.sh DIR_REF DIR [DIR ...]
+# Environment: OUT (default ./out: bench_<tree>_round<k>.json/.txt, build logs, ab_bench.md,
+# ab_bench_runs.json = every run in one file), WORKLOADS (default
+# fixed-16k,pack-32k,llama8b-pack,llama1b-pack), RECIPES (default fp8), ROUNDS (default 3),
+# ITERS (default 10), PHASES (default fwd,bwd,step), WHAT (the bundle's description).
+# Correctness is tools/ab_check.sh's part (GPU suite, sanitizers, fuzzer); this one only times.
+set -uo pipefail
+[ $# -ge 2 ] || { echo "usage: $0 DIR_REF DIR [DIR ...]"; exit 2; }
+cd "$(dirname "$0")/.." && ROOT=$PWD && cd - >/dev/null
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORKLOADS=${WORKLOADS:-fixed-16k,pack-32k,llama8b-pack,llama1b-pack}
+RECIPES=${RECIPES:-fp8}
+ROUNDS=${ROUNDS:-3}
+ITERS=${ITERS:-10}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS: '$ROUNDS' is not a positive integer"; exit 2; }
+
+dirs=()
+names=()
+for d in "$@"; do
+  d=$(cd "$d" && pwd) || exit 2
+  name=$(basename "$d")
+  [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "tree name '$name': use letters, digits, '.', '_' or '-'"; exit 2; }
+  for n in "${names[@]}"; do [ "$n" != "$name" ] || { echo "two trees named '$name'"; exit 2; }; done
+  dirs+=("$d")
+  names+=("$name")
+done
+
+# Side by side: the machine's cores shared between the trees.
+jobs=$(( $(nproc 2>/dev/null || echo 8) / ${#dirs[@]} ))
+[ "$jobs" -ge 1 ] || jobs=1
+for i in "${!dirs[@]}"; do
+  ( cmake -S "${dirs[$i]}" -B "${dirs[$i]}/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build "${dirs[$i]}/build-ab" -j"$jobs" --target flamia flamia_bench ) \
+    >"$OUT/${names[$i]}.build.log" 2>&1 &
+done
+wait
+status=0
+for i in "${!dirs[@]}"; do
+  [ -x "${dirs[$i]}/build-ab/flamia_bench" ] || { echo "${names[$i]}: build failed"; tail -5 "$OUT/${names[$i]}.build.log"; status=1; }
+done
+[ $status -eq 0 ] || exit 1
+
+files=()
+for ((r = 1; r <= ROUNDS; ++r)); do
+  for i in "${!dirs[@]}"; do
+    base="$OUT/bench_${names[$i]}_round$r"
+    "${dirs[$i]}/build-ab/flamia_bench" --workloads "$WORKLOADS" --recipes "$RECIPES" --iters "$ITERS" \
+      --json "$base.json" >"$base.txt" 2>&1 || { echo "${names[$i]} round $r: flamia_bench failed"; tail -5 "$base.txt"; status=1; continue; }
+    files+=("$base.json")
+  done
+done
+python3 "$ROOT/tools/ab_summary.py" --phases "${PHASES:-fwd,bwd,step}" --bundle "$OUT/ab_bench_runs.json" \
+  --what "${WHAT:-flamia_bench --recipes $RECIPES --iters $ITERS, trees alternated $ROUNDS times: ${names[*]}}" \
+  "${files[@]}" | tee "$OUT/ab_bench.md"
+exit $status
