@@ -1,19 +1,54 @@
-// One work item of the reference forward kernels (forward.cu on mma.sync, forward_wgmma.cu
-// on wgmma): a 64-query tile of one document and query head, where its key side lives in
-// qkv8, this lane's two rows and their Q scales, and the epilogue that stores O and LSE.
-// Both kernels take the item the same way; only their mainloops differ.
+// What the reference forward kernels (forward.cu on mma.sync, forward_wgmma.cu on wgmma)
+// share: one work item — a 64-query tile of one document and query head, where its key side
+// lives in qkv8, this lane's two rows and their Q scales, the epilogue that stores O and
+// LSE — and a key tile's scores turned into V-scaled probabilities. Only their MMAs differ.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "sm90/forward_args.cuh"
 #include "sm90/fragments.cuh"
 #include "sm90/masks.cuh"
 #include "sm90/schedule.cuh"
+#include "sm90/scores_wgmma.cuh"
+#include "sm90/softmax.cuh"
 #include "sm90/tile_io.cuh"
 
 namespace flamia {
 namespace sm90 {
+
+// One key tile's raw dot products s of this lane's rows i0, i0 + 8 (keys n0 .. n0 + 63,
+// document positions) become p * sv[j], the values P's FP8 codes round: scores in FP32
+// (score(): (sum * sq[i]) * sk[j]), masked entries -inf, the online-softmax step (alpha
+// rescales what was accumulated before), then V's per-token scale folded into p (V is summed
+// over keys) with masked entries exactly 0 whatever the masked token's scale is.
+template <bool kMask>
+__device__ __forceinline__ void reference_probabilities(TileAcc& s, const float* sk, const float* sv,
+                                                        const float (&sq_row)[2], const DocMask& mask, int i0,
+                                                        int n0, float c, OnlineSoftmax& softmax,
+                                                        float (&alpha)[2]) {
+  const int q = lane_id() & 3;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float2 skj = *reinterpret_cast<const float2*>(sk + 8 * n + 2 * q);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = score(s[n][e], sq_row[e >> 1], (e & 1) ? skj.y : skj.x);
+      if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) s[n][e] = -INFINITY;
+    }
+  }
+  softmax.step(s, c, alpha);
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float2 svj = *reinterpret_cast<const float2*>(sv + 8 * n + 2 * q);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool hidden = kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1));
+      s[n][e] = hidden ? 0.0f : __fmul_rn(s[n][e], (e & 1) ? svj.y : svj.x);
+    }
+  }
+}
 
 template <int D>
 struct RefItem {

@@ -118,29 +118,7 @@ __device__ __forceinline__ void softmax_tile(TileAcc& s, const float* sk, const 
                                              const float (&sq_row)[2], const DocMask& mask, int i0, int n0,
                                              float c, OnlineSoftmax& softmax, uint32_t (&p8)[2][4],
                                              float (&sigma)[2], float (&alpha)[2]) {
-  const int q = lane_id() & 3;
-  // Scores in FP32: (sum * sq[i]) * sk[j]; masked entries -inf.
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    const float2 skj = *reinterpret_cast<const float2*>(sk + 8 * n + 2 * q);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[n][e] = score(s[n][e], sq_row[e >> 1], (e & 1) ? skj.y : skj.x);
-      if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) s[n][e] = -INFINITY;
-    }
-  }
-  softmax.step(s, c, alpha);
-  // Fold V's per-token scale into p (V is summed over keys); masked entries stay exactly 0
-  // whatever the masked token's scale is.
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    const float2 svj = *reinterpret_cast<const float2*>(sv + 8 * n + 2 * q);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const bool hidden = kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1));
-      s[n][e] = hidden ? 0.0f : __fmul_rn(s[n][e], (e & 1) ? svj.y : svj.x);
-    }
-  }
+  reference_probabilities<kMask>(s, sk, sv, sq_row, mask, i0, n0, c, softmax, alpha);
   pack_fp8_a_row_scaled(s, sigma, p8);
 }
 
