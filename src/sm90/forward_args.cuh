@@ -28,6 +28,26 @@ struct FwdArgs {
   float c;             // softmax_scale * log2(e)
 };
 
+// What every forward's kernel parameters carry (FwdArgs here, fwd::Params of the fast
+// forward): the scales in qkv8, the documents and work list, the outputs, the shape and c.
+template <class Args>
+inline void set_forward_common(Args& a, const Params& p, const uint8_t* qkv8, const quant::Qkv8Layout& layout,
+                               const quant::WorkListRegions& list, void* out, float* lse) {
+  a.sq = reinterpret_cast<const float*>(qkv8 + layout.sq);
+  a.sk = reinterpret_cast<const float*>(qkv8 + layout.sk);
+  a.sv = reinterpret_cast<const float*>(qkv8 + layout.sv);
+  a.cu_seqlens = p.cu_seqlens;
+  a.work = work_list(qkv8, layout, list);
+  a.out = static_cast<uint16_t*>(out);
+  a.lse = lse;
+  a.total_tokens = p.total_tokens;
+  a.tpad = layout.tpad;
+  a.hq = p.hq;
+  a.hkv = p.hkv;
+  a.causal = p.causal;
+  a.c = p.softmax_scale * fmt::kLog2e;
+}
+
 // The forward regions of qkv8 do not depend on for_backward or the recipe (layout.cuh).
 // slots: the work list's capacity, i.e. the grid size over heads.
 inline FwdArgs make_fwd_args(const Params& p, const void* qkv8, void* out, float* lse, int64_t* slots) {
@@ -38,19 +58,7 @@ inline FwdArgs make_fwd_args(const Params& p, const void* qkv8, void* out, float
   a.q8 = base + layout.q8;
   a.k8 = base + layout.k8;
   a.vt8 = base + layout.vt8;
-  a.sq = reinterpret_cast<const float*>(base + layout.sq);
-  a.sk = reinterpret_cast<const float*>(base + layout.sk);
-  a.sv = reinterpret_cast<const float*>(base + layout.sv);
-  a.cu_seqlens = p.cu_seqlens;
-  a.work = work_list(base, layout, layout.work);
-  a.out = static_cast<uint16_t*>(out);
-  a.lse = lse;
-  a.total_tokens = p.total_tokens;
-  a.tpad = layout.tpad;
-  a.hq = p.hq;
-  a.hkv = p.hkv;
-  a.causal = p.causal;
-  a.c = p.softmax_scale * fmt::kLog2e;
+  set_forward_common(a, p, base, layout, layout.work, out, lse);
   *slots = layout.work.capacity;
   return a;
 }

@@ -6,6 +6,7 @@
 #include "sm90/arch/warpgroup.cuh"
 #include "sm90/collective/fwd_consumer.cuh"
 #include "sm90/collective/fwd_producer.cuh"
+#include "sm90/forward_args.cuh"
 #include "sm90/launch/tensor_map.h"
 #include "sm90/per_device.h"
 #include "sm90/sm90.h"
@@ -86,19 +87,7 @@ cudaError_t forward_fast(const Params& p, const void* qkv8, void* out, float* ls
     const uint32_t box[2] = {uint32_t(tiles::kFwdBlockN), uint32_t(D)};
     if (cudaError_t e = encode_u8_map(&prm.vt8, base + layout.vt8, 2, dims, strides, box, 128)) return e;
   }
-  prm.sq = reinterpret_cast<const float*>(base + layout.sq);
-  prm.sk = reinterpret_cast<const float*>(base + layout.sk);
-  prm.sv = reinterpret_cast<const float*>(base + layout.sv);
-  prm.cu_seqlens = p.cu_seqlens;
-  prm.work = work_list(base, layout, layout.fwd_work);
-  prm.out = static_cast<uint16_t*>(out);
-  prm.lse = lse;
-  prm.total_tokens = p.total_tokens;
-  prm.tpad = layout.tpad;
-  prm.hq = p.hq;
-  prm.hkv = p.hkv;
-  prm.causal = p.causal;
-  prm.c = p.softmax_scale * fmt::kLog2e;
+  set_forward_common(prm, p, base, layout, layout.fwd_work, out, lse);
   if (p.head_dim == 64) return fwd::launch<64>(prm, layout.fwd_work.capacity, p.stream);
   if (p.head_dim == 128) return fwd::launch<128>(prm, layout.fwd_work.capacity, p.stream);
   return cudaErrorInvalidValue;
