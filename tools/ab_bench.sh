@@ -13,7 +13,7 @@
 # Correctness is tools/ab_check.sh's part (GPU suite, sanitizers, fuzzer); this one only times.
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 DIR_REF DIR [DIR ...]"; exit 2; }
-cd "$(dirname "$0")/.." && ROOT=$PWD && cd - >/dev/null
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)

@@ -1,9 +1,11 @@
-// Kernel arguments of the forward, shared by the mma.sync (forward.cu) and wgmma
+// Kernel arguments of the reference forwards, shared by the mma.sync (forward.cu) and wgmma
 // (forward_wgmma.cu) mainloops: both read the same qkv8 regions and write the same outputs.
+// set_forward_common fills what the fast forward's parameters (fwd::Params) carry as well.
 #pragma once
 
 #include <cstdint>
 
+#include "flamia/formats.h"
 #include "quantize/layout.cuh"
 #include "sm90/schedule.cuh"
 #include "sm90/sm90.h"
