@@ -9,7 +9,12 @@
 // of 16 tokens the bytes are in "fragment order": position p = 4 qd + bb holds token
 // 8 (bb >> 1) + 2 qd + (bb & 1) of the group, so that the FP32 accumulator registers of
 // P or dS pack straight into an mma A fragment (see src/sm90/fragments.cuh). Padding is
-// zero. Per-token scales are FP32 powers of two stored [H][T] (a tile's 64 scales are one
+// zero. Recipe fp8_mixed's backward takes q and k in BF16 instead of FP8 for its dS
+// products: their transposed copies are then the BF16 values themselves, [H][D][Tpad] with
+// 2 bytes a position, in token order (a BF16 accumulator packs into a k16 A fragment without
+// reordering), and non-finite values replaced by 0 (a NaN would reach, through 0 * NaN in
+// the MMA, rows that mask the token out; the FP8 copies get this from zero codes, and the
+// token's NaN scale still reaches the rows that see it). Per-token scales are FP32 powers of two stored [H][T] (a tile's 64 scales are one
 // contiguous 256-byte read). A non-finite row has a NaN scale and zero codes (quantize.cu).
 //
 // Regions read by the forward come first and do not depend on for_backward or the recipe,
@@ -100,7 +105,7 @@ struct Qkv8Layout {
   size_t fingerprint = 0;                   // uint64: what the contents were quantized for
   // Backward-only regions (0 when absent).
   size_t v8 = 0;                            // [T,Hkv,D]
-  size_t qt8 = 0, kt8 = 0;                  // fp8 recipe: [Hq][D][Tpad], [Hkv][D][Tpad]
+  size_t qt = 0, kt = 0;                    // [Hq][D][Tpad], [Hkv][D][Tpad]: FP8 (fp8), BF16 (fp8_mixed)
   size_t bytes = 0;
 
   static Qkv8Layout make(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
@@ -123,10 +128,9 @@ struct Qkv8Layout {
     l.fingerprint = b.add(sizeof(uint64_t));
     if (for_backward) {
       l.v8 = b.add(T * hkv * D);
-      if (recipe == FLAMIA_RECIPE_FP8) {
-        l.qt8 = b.add(size_t(hq) * D * size_t(l.tpad));
-        l.kt8 = b.add(size_t(hkv) * D * size_t(l.tpad));
-      }
+      const size_t bytes = recipe == FLAMIA_RECIPE_FP8 ? 1 : 2;
+      l.qt = b.add(bytes * hq * D * size_t(l.tpad));
+      l.kt = b.add(bytes * hkv * D * size_t(l.tpad));
     }
     l.bytes = b.size();
     return l;

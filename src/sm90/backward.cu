@@ -28,13 +28,13 @@
 // D) and D rows of 64 token positions of the quantizer's fragment-ordered transposed copies in
 // a 64-byte swizzle (B of those reduced over tokens) — and its per-token values (scales, LSE,
 // D) by cp.async, since a 64-value run of an [H][T] array need not start 16-byte aligned as a
-// TMA box must. fp8_mixed's BF16 operand (Q for dK, K for dQ) arrives as rows in one staging
-// tile (cp.async) and is transposed in shared memory before the step that uses it.
-// No CTA barrier orders the steps (fp8): every thread's per-token copies arrive on the stage's
+// TMA box must. fp8_mixed's BF16 operand (Q for dK, K for dQ) is a stage tile like the FP8
+// ones: D rows of 64 positions of the quantizer's transposed BF16 copy (128 bytes a row,
+// 128-byte swizzle, non-finite values already zero).
+// No CTA barrier orders the steps: every thread's per-token copies arrive on the stage's
 // `full` mbarrier when they land, each thread arrives on its `empty` mbarrier when done with
 // it, and a stage is refilled only after every thread left it; so the two warpgroups drift up to
-// two steps apart and one's MMAs overlap the other's FP32 work. fp8_mixed's transposed BF16
-// tile is single-buffered and keeps two CTA barriers a step.
+// two steps apart and one's MMAs overlap the other's FP32 work.
 // TMA tiles are not cleared past the document end: their rows or columns there hold the
 // next document's codes, the transposed copies' padding, or TMA's zeros past the tensor, and
 // every one is finite — the quantizer (quantize.cu, the same kernel for q/k/v and for dO)
@@ -69,8 +69,8 @@ struct BwdArgs {
   CUtensorMap do8_rows;   // do8 [T][Hq][D]
   CUtensorMap k8_rows;    // k8 [T][Hkv][D]
   CUtensorMap v8_rows;    // v8 [T][Hkv][D]
-  CUtensorMap qt8_cols;   // qt8 [Hq * D][Tpad]  (fp8)
-  CUtensorMap kt8_cols;   // kt8 [Hkv * D][Tpad] (fp8)
+  CUtensorMap qt_cols;    // qt [Hq * D][Tpad]: FP8 (fp8) or BF16 (fp8_mixed, 128-byte boxes)
+  CUtensorMap kt_cols;    // kt [Hkv * D][Tpad]
   CUtensorMap dot8_cols;  // dot8 [Hq * D][Tpad]
   // The tiles loaded once per CTA (cp.async).
   const uint8_t* q8;    // [T, Hq, D]
@@ -84,9 +84,6 @@ struct BwdArgs {
   const float* dvec;    // [Hq][T]  D = rowsum(dO * O)
   const float* lse;     // [Hq][T]  natural log, from the forward
   const guard::DeviceError* status;  // the backward's status word (workspace)
-  const uint16_t* q;    // bf16 inputs (fp8_mixed), head_dim contiguous
-  const uint16_t* k;
-  int64_t q_stride_t, q_stride_h, k_stride_t, k_stride_h;
   const int32_t* cu_seqlens;
   WorkList work;  // 128-token tiles: the dK/dV pass's key tiles, the dQ pass's query tiles
   uint16_t* dq;         // bf16 [T, Hq, D]
@@ -148,18 +145,20 @@ __device__ __forceinline__ TokenOperand<false> token_operand_prescaled(const Til
 // first step, the steps chained in ascending token order), then scaled and added in FP32: by
 // one fused multiply-add (kLast) or a multiply and an add, the same bits, as the scale is a
 // power of two and the product exact. B at shared address bt: D rows of 64 token positions
-// as TMA lands them (FP8, 64-byte swizzle), or a Bf16ColTile.
+// as TMA lands them (FP8 with a 64-byte swizzle, BF16 with a 128-byte one).
 // In two halves, so that other MMAs can be issued between them: issue_token_product starts
 // the product (one committed group), fold_token_product waits until at most kPending groups
 // committed after it are pending, then folds.
+constexpr int kBf16ColRowBytes = 2 * kTileTokens;  // a BF16 column tile's row: 64 positions
 template <int D, bool kBf16>
 __device__ __forceinline__ void issue_token_product(float (&fresh)[D / 8][4], TokenOperand<kBf16>& op, uint32_t bt) {
   wgmma::pin(op.a);  // the operand is final before the fence
   wgmma::fence();
   if constexpr (kBf16) {
-    wgmma::mma_rs_bf16<false>(fresh, op.a[0], wgmma::desc<Bf16ColTile<D>>(bt, 0));
+    // k16 steps of 32 bytes into each 128-byte row, as the FP8 k32 steps of a 128-byte row.
+    wgmma::mma_rs_bf16<false>(fresh, op.a[0], mma::desc<kBf16ColRowBytes>(bt, 0));
 #pragma unroll
-    for (int ks = 1; ks < 4; ++ks) wgmma::mma_rs_bf16<true>(fresh, op.a[ks], wgmma::desc<Bf16ColTile<D>>(bt, ks));
+    for (int ks = 1; ks < 4; ++ks) wgmma::mma_rs_bf16<true>(fresh, op.a[ks], mma::desc<kBf16ColRowBytes>(bt, ks));
   } else {
     wgmma::mma_rs<false>(fresh, op.a[0], mma::desc<kTileTokens>(bt, 0));
     wgmma::mma_rs<true>(fresh, op.a[1], mma::desc<kTileTokens>(bt, 1));
@@ -232,6 +231,9 @@ static_assert(kDkdvWarpgroups * kTileTokens == tiles::kFwdBlockM &&
 // Swizzled tiles start at multiples of the largest swizzle atom (8 rows x 128 bytes).
 template <int D>
 constexpr int kTmaTileBytes = kTileTokens * D;
+// The column tile of the dS products' other operand: FP8, or BF16 with fp8_mixed.
+template <int D, bool kMixed>
+constexpr int kDsColTileBytes = kMixed ? D * kBf16ColRowBytes : kTmaTileBytes<D>;
 constexpr int kSwizzleAlign = 1024;
 constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
 
@@ -292,37 +294,6 @@ __device__ __forceinline__ void refill_stage(uint32_t full0, uint32_t empty0, St
 // (wait<0> in the products) and its own loads of the per-token values have returned.
 __device__ __forceinline__ void release_stage(uint32_t empty) { mbar::arrive(empty); }
 
-// =====================================================================================
-// fp8_mixed's BF16 operand: one staging tile of rows, transposed before use
-// =====================================================================================
-
-// Shared memory the BF16 operand needs (fp8_mixed) on top of the FP8 stages: the rows of the
-// next step land in kRows while the current step's transposed tile (kCols) is read.
-template <int D, bool kMixed>
-struct Bf16Operand {
-  static constexpr int kRows = 0;
-  static constexpr int kCols = kMixed ? kRows + Bf16RowTile<D>::kBytes : 0;
-  static constexpr int kBytes = kMixed ? kCols + Bf16ColTile<D>::kBytes : 0;
-};
-
-// fp8_mixed, before each step: the step's BF16 rows landed (the owner's cp.async; the
-// barrier also tells that every warp is done with the previous step's transposed tile), are
-// transposed into the operand tile and made visible to wgmma; the staging tile is then free
-// for the next step's rows (load_next_rows, committed as its own cp.async group). In a CTA of
-// several warpgroups, one of them (`owner`) loads and transposes those rows.
-template <int D, class LoadNextRows>
-__device__ __forceinline__ void transpose_step_operand(uint8_t* smem, int bf16_at, bool owner,
-                                                       LoadNextRows load_next_rows) {
-  using B = Bf16Operand<D, true>;
-  ptx::cp_async_wait<1>();  // all but the next step's per-token values (this thread's copies)
-  __syncthreads();
-  if (owner) transpose_bf16_rows<D>(smem + bf16_at + B::kCols, smem + bf16_at + B::kRows);
-  wgmma::fence_proxy_async();
-  __syncthreads();
-  if (owner) load_next_rows();
-  ptx::cp_async_commit();
-}
-
 // After the prologue's cp.async copies of the CTA's own rows: they landed (each thread's),
 // are visible to wgmma (async proxy) and to every thread (the barrier).
 __device__ __forceinline__ void own_rows_ready() {
@@ -344,15 +315,14 @@ struct DkdvSmem {
   static constexpr int kSv = kSk + kScalarTileBytes;
   static constexpr int kKeyBytes = kSv + kScalarTileBytes;
   static constexpr int keys(int w) { return w * kKeyBytes; }
-  static constexpr int kBf16 = kDkdvWarpgroups * kKeyBytes;  // Bf16Operand (fp8_mixed: Q)
-  static constexpr int kStage0 = align_up(kBf16 + Bf16Operand<D, kMixed>::kBytes, kSwizzleAlign);
+  static constexpr int kStage0 = align_up(kDkdvWarpgroups * kKeyBytes, kSwizzleAlign);
   // One stage: a query tile of one head, read by both warpgroups. The TMA tiles first
   // (kTmaBytes, swizzle-aligned), then the per-query values sq, sdo, LSE, D (cp.async).
   static constexpr int kQ = 0;                                // B of Sᵀ: Q rows
   static constexpr int kDo = kQ + kTmaTileBytes<D>;           // B of dPᵀ: dO rows
   static constexpr int kDot = kDo + kTmaTileBytes<D>;         // B of dV: dOᵀ columns
-  static constexpr int kQt = kDot + kTmaTileBytes<D>;         // B of dK: Qᵀ columns (fp8)
-  static constexpr int kTmaBytes = kQt + (kMixed ? 0 : kTmaTileBytes<D>);
+  static constexpr int kQt = kDot + kTmaTileBytes<D>;         // B of dK: Qᵀ columns (FP8 or BF16)
+  static constexpr int kTmaBytes = kQt + kDsColTileBytes<D, kMixed>;
   static constexpr int kSqT = kTmaBytes;
   static constexpr int kSdoT = kSqT + kScalarTileBytes;
   static constexpr int kLseT = kSdoT + kScalarTileBytes;
@@ -428,7 +398,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   // fits the loop in 255 registers (select-only spills 8 accumulators there: dK/dV 7.81 →
   // 8.07 ms, docs/PERFORMANCE.md v18).
   TokenOperand<kMixed> ds = token_operand<kMixed, D == 64>(dp);
-  const uint32_t dk_b = kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols : st + S::kQt;
+  const uint32_t dk_b = st + S::kQt;
   if constexpr (D == 64) {
     // Both products in flight at once (two fresh accumulators fit at D = 64): dV's runs on
     // the tensor core while dK's is folded, instead of each waited for in turn.
@@ -473,7 +443,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     tma::prefetch_map(a.q8_rows);
     tma::prefetch_map(a.do8_rows);
     tma::prefetch_map(a.dot8_cols);
-    if constexpr (!kMixed) tma::prefetch_map(a.qt8_cols);
+    tma::prefetch_map(a.qt_cols);
   }
 
   const int64_t kv_row = int64_t(a.hkv) * D;
@@ -505,7 +475,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     tma::load_3d(st + S::kQ, a.q8_rows, full, 0, t.h, tok);
     tma::load_3d(st + S::kDo, a.do8_rows, full, 0, t.h, tok);
     tma::load_2d(st + S::kDot, a.dot8_cols, full, pos, t.h * D);
-    if constexpr (!kMixed) tma::load_2d(st + S::kQt, a.qt8_cols, full, pos, t.h * D);
+    tma::load_2d(st + S::kQt, a.qt_cols, full, kMixed ? 2 * pos : pos, t.h * D);  // BF16: byte coordinates
   };
   // Every thread: one of a step's 256 per-query values (thread t: value t % 64 of sq, sdo,
   // LSE, D for t / 64 = 0..3, as laid out from kSqT on), by cp.async.
@@ -515,14 +485,6 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     const int m0 = t.m * kTileTokens;
     load_scalar(base + S::stage(s) + S::kSqT + value_kind * kScalarTileBytes,
                 values + (t.h * a.total_tokens + dt.tok0 + m0), dt.len - m0, value_i);
-  };
-  // fp8_mixed: the BF16 Q rows of a step, into the staging tile (warpgroup 1).
-  auto load_q_rows = [&](int step, QueryTile t) {
-    if (step >= steps) return;
-    const int m0 = t.m * kTileTokens;
-    load_bf16_rows<D>(base + S::kBf16 + Bf16Operand<D, kMixed>::kRows,
-                      a.q + (dt.tok0 + m0) * a.q_stride_t + t.h * a.q_stride_h, a.q_stride_t,
-                      min(kTileTokens, dt.len - m0));
   };
   // Every thread: a step into the next stage of the ring, once every thread has left it.
   StageCursor load, use;
@@ -535,10 +497,6 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   QueryTile cur{hk * group, m_first};
   load_step(cur);
   ptx::cp_async_commit();
-  if constexpr (kMixed) {
-    if (wg == 1) load_q_rows(0, cur);
-    ptx::cp_async_commit();
-  }
   own_rows_ready();
 
   const int j0 = kw0 + 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's keys: j0, j0 + 8
@@ -552,10 +510,6 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     const QueryTile next = next_tile(cur);
     if (step + 1 < steps) load_step(next);
     const int m = cur.m, m0 = m * kTileTokens;
-    if constexpr (kMixed) {
-      ptx::cp_async_commit();
-      transpose_step_operand<D>(smem, S::kBf16, wg == 1, [&] { load_q_rows(step + 1, next); });
-    }
     // The step's tiles and values landed. Every thread waits, also in steps its warpgroup
     // skips: a parity wait only tells consecutive phases apart.
     mbar::wait(base + S::full(use.index), use.phase);
@@ -593,14 +547,13 @@ struct DqSmem {
   static constexpr int kDvec = kLse + kScalarTileBytes;
   static constexpr int kQueryBytes = kDvec + kScalarTileBytes;
   static constexpr int queries(int w) { return w * kQueryBytes; }
-  static constexpr int kBf16 = kDqWarpgroups * kQueryBytes;  // Bf16Operand (fp8_mixed: K)
-  static constexpr int kStage0 = align_up(kBf16 + Bf16Operand<D, kMixed>::kBytes, kSwizzleAlign);
+  static constexpr int kStage0 = align_up(kDqWarpgroups * kQueryBytes, kSwizzleAlign);
   // One stage: a key tile, read by both warpgroups. The TMA tiles first (kTmaBytes,
   // swizzle-aligned), then the key scales sk, sv (cp.async).
   static constexpr int kK = 0;                             // B of S: K rows
   static constexpr int kV = kK + kTmaTileBytes<D>;         // B of dP: V rows
-  static constexpr int kKt = kV + kTmaTileBytes<D>;        // B of dQ: Kᵀ columns (fp8)
-  static constexpr int kTmaBytes = kKt + (kMixed ? 0 : kTmaTileBytes<D>);
+  static constexpr int kKt = kV + kTmaTileBytes<D>;        // B of dQ: Kᵀ columns (FP8 or BF16)
+  static constexpr int kTmaBytes = kKt + kDsColTileBytes<D, kMixed>;
   static constexpr int kSk = kTmaBytes;
   static constexpr int kSv = kSk + kScalarTileBytes;
   static constexpr int kStageBytes = align_up(kSv + kScalarTileBytes, kSwizzleAlign);
@@ -684,7 +637,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   if (elected) {
     tma::prefetch_map(a.k8_rows);
     tma::prefetch_map(a.v8_rows);
-    if constexpr (!kMixed) tma::prefetch_map(a.kt8_cols);
+    tma::prefetch_map(a.kt_cols);
   }
 
   const int64_t q_row = int64_t(a.hq) * D;
@@ -712,7 +665,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
     mbar::arrive_expect_tx(full, S::kTmaBytes);
     tma::load_3d(st + S::kK, a.k8_rows, full, 0, hk, tok);
     tma::load_3d(st + S::kV, a.v8_rows, full, 0, hk, tok);
-    if constexpr (!kMixed) tma::load_2d(st + S::kKt, a.kt8_cols, full, pos, hk * D);
+    tma::load_2d(st + S::kKt, a.kt_cols, full, kMixed ? 2 * pos : pos, hk * D);  // BF16: byte coordinates
   };
   // Warpgroup 0: a key tile's 128 key scales (thread t: value t % 64 of sk, sv for
   // t / 64 = 0, 1, as laid out from kSk on), by cp.async.
@@ -722,14 +675,6 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
     const int n0 = n * kTileTokens;
     if (value_kind < 2)
       load_scalar(base + S::stage(s) + S::kSk + value_kind * kScalarTileBytes, values + n0, dt.len - n0, value_i);
-  };
-  // fp8_mixed: the BF16 K rows of a key tile, into the staging tile (warpgroup 1).
-  auto load_k_rows = [&](int n) {
-    if (n >= num_key_tiles) return;
-    const int n0 = n * kTileTokens;
-    load_bf16_rows<D>(base + S::kBf16 + Bf16Operand<D, kMixed>::kRows,
-                      a.k + (dt.tok0 + n0) * a.k_stride_t + hk * a.k_stride_h, a.k_stride_t,
-                      min(kTileTokens, dt.len - n0));
   };
   // Every thread: key tile n into the next stage of the ring, once every thread has left it.
   StageCursor load, use;
@@ -741,10 +686,6 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   };
   load_step(0);
   ptx::cp_async_commit();
-  if constexpr (kMixed) {
-    if (wg == 1) load_k_rows(0);
-    ptx::cp_async_commit();
-  }
   own_rows_ready();
 
   const int i0 = m0 + 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's queries: i0, i0 + 8
@@ -756,9 +697,9 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
 
   // This warpgroup's key tiles are 0..last (causal: up to its own diagonal mw). With
   // kOverlap the next tile's S and dP are issued before this tile's dQ product is folded, so
-  // the tensor core works on them while the FP32 pipe folds (D = 128, fp8: the registers of
-  // a second S/dP fit; at D = 64 two CTAs share the SM at 128 registers and do not).
-  constexpr bool kOverlap = !kMixed && D == 128;
+  // the tensor core works on them while the FP32 pipe folds (D = 128: the registers of a
+  // second S/dP fit; at D = 64 two CTAs share the SM at 128 registers and do not).
+  constexpr bool kOverlap = D == 128;
   const int last = valid_q <= 0 ? -1 : a.causal ? min(mw, num_key_tiles - 1) : num_key_tiles - 1;
   TileAcc s, dp;  // S and dP of the tile in flight: rows = queries, columns = keys
   if (kOverlap && last >= 0) {
@@ -768,10 +709,6 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   for (int n = 0; n < num_key_tiles; ++n) {
     if (n + 1 < num_key_tiles) load_step(n + 1);
     const int n0 = n * kTileTokens;
-    if constexpr (kMixed) {
-      ptx::cp_async_commit();
-      transpose_step_operand<D>(smem, S::kBf16, wg == 1, [&] { load_k_rows(n + 1); });
-    }
     mbar::wait(base + S::full(use.index), use.phase);  // as in dkdv_kernel
     if (n <= last) {
       if (!kOverlap) issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), use.index);
@@ -783,8 +720,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
               ? dq_operand_of_tile<D, kMixed, true>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp)
               : dq_operand_of_tile<D, kMixed, false>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp);
       float fresh[D / 8][4];
-      issue_token_product<D, kMixed>(fresh, op, kMixed ? base + S::kBf16 + Bf16Operand<D, kMixed>::kCols
-                                                       : base + S::stage(use.index) + S::kKt);
+      issue_token_product<D, kMixed>(fresh, op, base + S::stage(use.index) + S::kKt);
       if (kOverlap && n + 1 <= last) {
         StageCursor next = use;
         next.advance();
@@ -833,10 +769,14 @@ cudaError_t encode_row_map(CUtensorMap* map, const uint8_t* codes, int64_t total
   const uint32_t box[3] = {uint32_t(D), 1, uint32_t(kTileTokens)};
   return encode_u8_map(map, codes, 3, dims, strides, box, head_dim);
 }
-cudaError_t encode_col_map(CUtensorMap* map, const uint8_t* codes, int64_t tpad, int heads, int head_dim) {
-  const uint64_t dims[2] = {uint64_t(tpad), uint64_t(heads) * uint64_t(head_dim)}, strides[1] = {uint64_t(tpad)};
-  const uint32_t box[2] = {uint32_t(kTileTokens), uint32_t(head_dim)};
-  return encode_u8_map(map, codes, 2, dims, strides, box, kTileTokens);
+// elem_bytes 2: a BF16 copy (fp8_mixed's qt, kt), mapped as bytes: 128-byte boxes, 128-byte
+// swizzle, x coordinates in bytes.
+cudaError_t encode_col_map(CUtensorMap* map, const uint8_t* codes, int64_t tpad, int heads, int head_dim,
+                           int elem_bytes = 1) {
+  const uint64_t row = uint64_t(tpad) * uint64_t(elem_bytes);
+  const uint64_t dims[2] = {row, uint64_t(heads) * uint64_t(head_dim)}, strides[1] = {row};
+  const uint32_t box[2] = {uint32_t(kTileTokens * elem_bytes), uint32_t(head_dim)};
+  return encode_u8_map(map, codes, 2, dims, strides, box, kTileTokens * elem_bytes);
 }
 
 // The step of this thread's last backward that returned an error (backward_failed_step).
@@ -858,9 +798,6 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   if (p.total_tokens == 0) return cudaSuccess;
   if (p.head_dim != 64 && p.head_dim != 128) return failed("head_dim", cudaErrorInvalidValue);
   const bool mixed = p.recipe == FLAMIA_RECIPE_FP8_MIXED;
-  if (mixed && (!quant::rows_16b_aligned(p.q, p.q_stride_t, p.q_stride_h) ||
-                !quant::rows_16b_aligned(p.k, p.k_stride_t, p.k_stride_h)))
-    return failed("q and k rows 16-byte aligned (fp8_mixed reads them)", cudaErrorInvalidValue);
   if (!quant::rows_16b_aligned(dout, dout_stride_t, dout_stride_h) ||
       !quant::rows_16b_aligned(out, dout_stride_t, dout_stride_h))
     return failed("dout and out rows 16-byte aligned", cudaErrorInvalidValue);
@@ -884,10 +821,11 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   if ((err = encode_row_map(&a.v8_rows, a.v8, T, p.hkv, p.head_dim)) != cudaSuccess) return failed("tensor map v8", err);
   if ((err = encode_col_map(&a.dot8_cols, ws + ws_layout.dot8, layout.tpad, p.hq, p.head_dim)) != cudaSuccess)
     return failed("tensor map dot8", err);
-  if (!mixed && (err = encode_col_map(&a.qt8_cols, base + layout.qt8, layout.tpad, p.hq, p.head_dim)) != cudaSuccess)
-    return failed("tensor map qt8", err);
-  if (!mixed && (err = encode_col_map(&a.kt8_cols, base + layout.kt8, layout.tpad, p.hkv, p.head_dim)) != cudaSuccess)
-    return failed("tensor map kt8", err);
+  const int qk_bytes = mixed ? 2 : 1;  // the transposed q, k: BF16 (fp8_mixed) or FP8
+  if ((err = encode_col_map(&a.qt_cols, base + layout.qt, layout.tpad, p.hq, p.head_dim, qk_bytes)) != cudaSuccess)
+    return failed("tensor map qt", err);
+  if ((err = encode_col_map(&a.kt_cols, base + layout.kt, layout.tpad, p.hkv, p.head_dim, qk_bytes)) != cudaSuccess)
+    return failed("tensor map kt", err);
   a.sq = reinterpret_cast<const float*>(base + layout.sq);
   a.sk = reinterpret_cast<const float*>(base + layout.sk);
   a.sv = reinterpret_cast<const float*>(base + layout.sv);
@@ -895,12 +833,6 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.dvec = reinterpret_cast<const float*>(ws + ws_layout.dvec);
   a.lse = lse;
   a.status = reinterpret_cast<const guard::DeviceError*>(ws + ws_layout.status);
-  a.q = static_cast<const uint16_t*>(p.q);
-  a.k = static_cast<const uint16_t*>(p.k);
-  a.q_stride_t = p.q_stride_t;
-  a.q_stride_h = p.q_stride_h;
-  a.k_stride_t = p.k_stride_t;
-  a.k_stride_h = p.k_stride_h;
   a.cu_seqlens = p.cu_seqlens;
   a.work = work_list(base, layout, layout.fwd_work);
   a.dq = static_cast<uint16_t*>(dq);

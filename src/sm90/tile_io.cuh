@@ -37,12 +37,6 @@ struct Fp8ColTile {
   static constexpr int kStride = kTileTokens + kRowPad;
   static constexpr int kBytes = D * kStride;
 };
-// [64 tokens][D] BF16 (fp8_mixed backward: the bf16 operand of dSᵀ·Q and dS·K).
-template <int D>
-struct Bf16RowTile {
-  static constexpr int kStride = 2 * D + kRowPad;
-  static constexpr int kBytes = kTileTokens * kStride;
-};
 // 64 per-token FP32 values (scales, LSE, D).
 constexpr int kScalarTileBytes = kTileTokens * 4;
 
@@ -81,22 +75,6 @@ __device__ __forceinline__ void load_kmajor_rows(uint32_t dst, const uint8_t* sr
   }
 }
 
-// BF16 rows [0, valid) of a strided [T, H, D] view (row stride in elements).
-template <int D>
-__device__ __forceinline__ void load_bf16_rows(uint32_t dst, const uint16_t* src, int64_t row_stride,
-                                               int valid) {
-  constexpr int kChunks = 2 * D / 16, kRowsPerPass = kThreads / kChunks;
-  const int r0 = tile_tid() / kChunks, c = tile_tid() % kChunks;
-  dst += r0 * Bf16RowTile<D>::kStride + 16 * c;
-  src += 8 * c;
-#pragma unroll
-  for (int k = 0; k < kTileTokens / kRowsPerPass; ++k) {
-    const int r = r0 + k * kRowsPerPass;
-    ptx::cp_async_16(dst + k * kRowsPerPass * Bf16RowTile<D>::kStride, src + min(r, valid - 1) * row_stride,
-                     r < valid);
-  }
-}
-
 // Transposed tile: D rows of 64 positions starting at src (= position 0 of row d = 0),
 // rows tpad bytes apart. 16-token groups that start at or past `valid` are zeros.
 template <int D>
@@ -115,10 +93,6 @@ __device__ __forceinline__ void load_fp8_cols(uint32_t dst, const uint8_t* src, 
 // matmuls reduced over tokens (P·V, Pᵀ·dO, dSᵀ·Q, dS·K), from the transposed copies.
 template <int D>
 using ColTile = wgmma::KMajorTile<D, kTileTokens>;
-// [D][64 tokens] BF16, the same layout (fp8_mixed: the B operand of bf16(dSᵀ)·Q, bf16(dS)·K).
-template <int D>
-using Bf16ColTile = wgmma::KMajorTile<D, 2 * kTileTokens>;
-
 // Transposed tile: D rows of 64 positions (row d at src + d * tpad) into a ColTile<D>;
 // 16-token groups that start at or past `valid` are zeros. Thread t always copies chunk
 // (t / 8) % 4 of its rows, which clear_kmajor_cols_tail relies on.
@@ -180,30 +154,6 @@ __device__ __forceinline__ void clear_kmajor_cols_tail(uint8_t* tile, int valid)
     uint4 v = *p;
     v.x &= mask[0]; v.y &= mask[1]; v.z &= mask[2]; v.w &= mask[3];
     *p = v;
-  }
-}
-
-// A landed Bf16RowTile (load_bf16_rows; every thread's copies, after the CTA barrier) into a
-// Bf16ColTile, with non-finite values replaced by 0. The FP8 copies get the same effect from
-// the quantizer (zero codes for non-finite rows, whose NaN scale still poisons every visible
-// pair); here the raw BF16 input is the operand, and a NaN multiplied by the exact 0 of a
-// masked dS would otherwise reach rows that do not see the token. Thread t reads 8 values
-// (one 16-byte chunk) of a token and writes them to 8 rows of the transposed tile.
-template <int D>
-__device__ __forceinline__ void transpose_bf16_rows(uint8_t* dst, const uint8_t* rows) {
-  constexpr int kChunks = 2 * D / 16;  // 16-byte chunks per token row
-#pragma unroll 4
-  for (int k = 0; k < kTileTokens * kChunks / kThreads; ++k) {
-    const int idx = tile_tid() + k * kThreads;
-    const int t = idx & (kTileTokens - 1), c = idx / kTileTokens;  // lanes over tokens
-    const uint4 v = *reinterpret_cast<const uint4*>(rows + t * Bf16RowTile<D>::kStride + 16 * c);
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      uint16_t x = uint16_t(w[e >> 1] >> (16 * (e & 1)));
-      if ((x & 0x7f80u) == 0x7f80u) x = 0;
-      *reinterpret_cast<uint16_t*>(dst + Bf16ColTile<D>::chunk_offset(8 * c + e, t >> 3) + 2 * (t & 7)) = x;
-    }
   }
 }
 
