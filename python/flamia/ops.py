@@ -4,10 +4,10 @@ Two custom ops, "flamia::fwd" and "flamia::bwd", are registered with torch.libra
 that torch.compile sees opaque nodes with known output shapes (fake implementations) and
 an autograd formula, instead of breaking the graph at a ctypes call. The forward returns
 the quantized-operand buffer ("qkv8") as a third output; autograd saves it, so q/k/v are
-quantized once per training step and the backward reuses them. With recipe "fp8" on the GPU
-the backward reads q, k, v only from qkv8, so autograd keeps qkv8 instead of the BF16 q, k, v
-(as many bytes as they take, not twice); fp8_mixed reads the BF16 q and k, and the CPU path
-quantizes q, k, v itself, so those keep them.
+quantized once per training step and the backward reuses them. On the GPU the backward
+reads q, k, v only from qkv8 (with fp8_mixed also the BF16 transposed q and k the quantizer
+copied there), so autograd keeps qkv8 instead of the BF16 q, k, v; the CPU path quantizes
+q, k, v itself and keeps them.
 
 Devices: CUDA tensors run the GPU kernels; CPU tensors run the CPU specification (the same
 numbers up to FP32 ordering noise, docs/NUMERICS.md §5; exact and slow: for tests and for
@@ -229,15 +229,15 @@ def _bwd_fake(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, sof
             out.new_empty((T, kv_heads, d), dtype=torch.bfloat16))
 
 
-def _keeps_qkv(q: Tensor, recipe: str) -> bool:
+def _keeps_qkv(q: Tensor) -> bool:
     """Whether the backward needs the BF16 q, k, v (module docstring)."""
-    return not (q.device.type == "cuda" and recipe == "fp8")
+    return q.device.type != "cuda"
 
 
 def _setup_context(ctx, inputs, output) -> None:
     q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward = inputs
     out, lse, qkv8 = output
-    ctx.keeps_qkv = _keeps_qkv(q, recipe)
+    ctx.keeps_qkv = _keeps_qkv(q)
     ctx.kv_heads = k.shape[1]
     if ctx.keeps_qkv:
         ctx.save_for_backward(q, k, v, out, lse, qkv8, cu_seqlens)

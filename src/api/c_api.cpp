@@ -48,10 +48,10 @@ Status backward_impl(const flamia_attention_args* args, const flamia_tensor& dou
                      size_t workspace_bytes, const flamia_tensor& dq, const flamia_tensor& dk,
                      const flamia_tensor& dv) {
   Problem p;
-  // The device backward of recipe fp8 reads q, k, v only as the forward quantized them into
-  // qkv8, so a caller may drop the BF16 tensors after the forward (flamia.h).
-  const bool qkv_data_optional =
-      args && args->recipe == FLAMIA_RECIPE_FP8 && args->q.device != FLAMIA_DEVICE_HOST;
+  // The device backward reads q, k, v only as the forward's quantizer wrote them into qkv8
+  // (FP8 codes; fp8_mixed's BF16 transposed q and k), so a caller may drop the BF16 tensors
+  // after the forward (flamia.h).
+  const bool qkv_data_optional = args && args->q.device != FLAMIA_DEVICE_HOST;
   FLAMIA_TRY(validate_args(args, &p, qkv_data_optional));
   FLAMIA_TRY(validate_backward_tensors(p, dout, out, lse, dq, dk, dv));
   if (p.on_host()) return host_backward(p, *args, dout, out, lse, dq, dk, dv);
