@@ -3,7 +3,7 @@
 // and a JSON record.
 //
 //   flamia_bench [--workloads a,b] [--recipes fp8,fp8_mixed] [--iters N] [--warmup N]
-//                [--quick] [--json PATH] [--seed N] [--qkv8-extra-mib N] [--list]
+//                [--quick] [--json PATH] [--seed N] [--qkv8-extra-mib N] [--settle-ms N] [--list]
 //
 // Method (docs/PERFORMANCE.md): BF16 N(0,1) inputs, causal; CUDA events on one stream; the
 // L2 cache is flushed (a 256 MiB memset) before every timed region so that inputs come from
@@ -16,6 +16,7 @@
 // next to this binary) instead, so that the project's main command is useful everywhere.
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -51,6 +53,7 @@ struct Options {
   std::string json = "bench_results.json";
   uint64_t seed = kDefaultSeed;
   int qkv8_extra_mib = 0;  // allocated past what flamia_qkv8_bytes asks, never touched
+  int settle_ms = 0;       // idle time before each timed region (after its L2 flush)
   bool list = false;
 };
 
@@ -68,7 +71,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 void usage() {
   std::printf(
       "usage: flamia_bench [--workloads a,b] [--recipes fp8,fp8_mixed] [--iters N] [--warmup N]\n"
-      "                    [--quick] [--json PATH] [--seed N] [--qkv8-extra-mib N] [--list]\n"
+      "                    [--quick] [--json PATH] [--seed N] [--qkv8-extra-mib N] [--settle-ms N]\n"
+      "                    [--list]\n"
       "  --workloads  comma-separated names (default: all; --list shows them)\n"
       "  --iters      timed iterations per phase, median reported (default 20; --quick: 5)\n"
       "  --warmup     untimed iterations first (default 3; --quick: 1)\n"
@@ -76,7 +80,9 @@ void usage() {
       "  --json       where to write the results (default bench_results.json)\n"
       "  --seed       seed of the long-tailed document lengths (default %llu)\n"
       "  --qkv8-extra-mib  allocate the qkv8 buffer N MiB larger than needed, the extra never\n"
-      "               touched: how the buffer's size moves the kernels' times (default 0)\n",
+      "               touched: how the buffer's size moves the kernels' times (default 0)\n"
+      "  --settle-ms  let the GPU idle N ms before each timed region, so that a region's clocks\n"
+      "               do not depend on how much power the work before it drew (default 0)\n",
       (unsigned long long)kDefaultSeed);
 }
 
@@ -130,6 +136,10 @@ bool parse(int argc, char** argv, Options* o) {
       const char* v = value("--qkv8-extra-mib");
       if (!v) return false;
       o->qkv8_extra_mib = std::max(0, std::atoi(v));
+    } else if (a == "--settle-ms") {
+      const char* v = value("--settle-ms");
+      if (!v) return false;
+      o->settle_ms = std::max(0, std::atoi(v));
     } else if (a == "--list") {
       o->list = true;
     } else if (a == "--help" || a == "-h") {
@@ -504,6 +514,10 @@ class Bench {
   void flush() {
     // A different byte each time, so no layer can skip the write as redundant.
     ck(cudaMemsetAsync(flush_->p, int(flushes_++ & 0xff), flush_->bytes, stream_), "L2 flush");
+    if (o_.settle_ms > 0) {
+      ck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      std::this_thread::sleep_for(std::chrono::milliseconds(o_.settle_ms));
+    }
   }
   void rec(int i) { ck(cudaEventRecord(ev_[i], stream_), "cudaEventRecord"); }
   double elapsed(int a, int b) {
@@ -579,7 +593,7 @@ bool write_json(const std::string& path, const Options& o, const std::vector<Rec
   j << "  \"method\": {\"iters\": " << o.iters << ", \"warmup\": " << o.warmup
     << ", \"statistic\": \"median\", \"l2_flush_bytes\": " << (256 << 20)
     << ", \"inputs\": \"bf16 N(0,1)\", \"flops\": \"fwd = 4*D*Hq*sum L(L+1)/2 causal; bwd = 2.5*fwd\""
-    << ", \"qkv8_extra_mib\": " << o.qkv8_extra_mib << "},\n";
+    << ", \"qkv8_extra_mib\": " << o.qkv8_extra_mib << ", \"settle_ms\": " << o.settle_ms << "},\n";
   j << "  \"length_seed\": " << o.seed << ",\n";
   j << "  \"device_copy_gbs\": " << json_num(copy_gbs) << ",\n";
   j << "  \"records\": [";
