@@ -9,7 +9,9 @@
 # Environment: OUT (default ./out: bench_<tree>_round<k>.json/.txt, build logs, ab_bench.md,
 # ab_bench_runs.json = every run in one file), WORKLOADS (default
 # fixed-16k,pack-32k,llama8b-pack,llama1b-pack), RECIPES (default fp8), ROUNDS (default 3),
-# ITERS (default 10), PHASES (default fwd,bwd,step), WHAT (the bundle's description).
+# ITERS (default 10), PHASES (default fwd,bwd,step), WHAT (the bundle's description),
+# SETTLE_MS (default 0: flamia_bench --settle-ms, idle before each timed region, so that a
+# phase's time does not carry the power the phase before it drew; the step is unaffected).
 # Correctness is tools/ab_check.sh's part (GPU suite, sanitizers, fuzzer); this one only times.
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 DIR_REF DIR [DIR ...]"; exit 2; }
@@ -21,6 +23,8 @@ WORKLOADS=${WORKLOADS:-fixed-16k,pack-32k,llama8b-pack,llama1b-pack}
 RECIPES=${RECIPES:-fp8}
 ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-10}
+SETTLE_MS=${SETTLE_MS:-0}
+[[ $SETTLE_MS =~ ^[0-9]+$ ]] || { echo "SETTLE_MS: '$SETTLE_MS' is not a non-negative integer"; exit 2; }
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS: '$ROUNDS' is not a positive integer"; exit 2; }
 
 dirs=()
@@ -53,7 +57,7 @@ files=()
 for ((r = 1; r <= ROUNDS; ++r)); do
   for i in "${!dirs[@]}"; do
     base="$OUT/bench_${names[$i]}_round$r"
-    "${dirs[$i]}/build-ab/flamia_bench" --workloads "$WORKLOADS" --recipes "$RECIPES" --iters "$ITERS" \
+    "${dirs[$i]}/build-ab/flamia_bench" --workloads "$WORKLOADS" --recipes "$RECIPES" --iters "$ITERS" --settle-ms "$SETTLE_MS" \
       --json "$base.json" >"$base.txt" 2>&1 || { echo "${names[$i]} round $r: flamia_bench failed"; tail -5 "$base.txt"; status=1; continue; }
     files+=("$base.json")
   done
