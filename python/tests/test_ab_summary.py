@@ -60,3 +60,7 @@ def test_ab_bench_refuses_before_building(tmp_path):
                             capture_output=True, text=True,
                             env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o"), "ROUNDS": "0"})
     assert rounds.returncode == 2 and rounds.stdout.startswith("ROUNDS: ")
+    settle = subprocess.run(["bash", str(script), str(tmp_path / "x" / "t"), str(tmp_path / "y")],
+                            capture_output=True, text=True,
+                            env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o"), "SETTLE_MS": "-5"})
+    assert settle.returncode == 2 and settle.stdout.startswith("SETTLE_MS: ")
