@@ -96,7 +96,21 @@ typedef struct flamia_attention_args {
   float softmax_scale;      /* 0 selects 1/sqrt(D) */
   flamia_recipe recipe;
   void* stream;             /* cudaStream_t for device calls; ignored on the host */
+  /* Optional (data = NULL: absent, every query row computed). [B] int32 on q's device:
+   * document b's queries start at position q_start[b]; the rows before it are keys only.
+   * Each value is a multiple of FLAMIA_QUERY_TILE in [0, L_b] (L_b = cu[b + 1] - cu[b]).
+   * The forward writes out and lse only for rows at or after q_start[b]; the backward writes
+   * dq only for those rows and sums dk, dv over them alone. Every computed row is bitwise the
+   * row the call without q_start computes (rows are independent in the forward and dQ; dK/dV
+   * lose only the rows left out). Context parallelism uses it: a rank holding the queries
+   * [cC, (c + 1)C) of a cut document runs the local document [0, (c + 1)C) with q_start = cC.
+   * Host values are always checked; device values as cu_seqlens' are (on the device, or in
+   * checking mode on the host). */
+  flamia_tensor q_start;
 } flamia_attention_args;
+
+/* q_start values are multiples of this (the query tiles of the kernels). */
+#define FLAMIA_QUERY_TILE 128
 
 /* Bytes of the quantized-operand buffer ("qkv8") that the forward fills and the backward
  * reads, so that q, k and v are quantized once per training step. for_backward = 0 sizes

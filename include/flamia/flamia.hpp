@@ -108,6 +108,11 @@ inline flamia_tensor cu_seqlens_view(const int32_t* data, int64_t num_docs, int3
   return make_tensor(data, FLAMIA_DTYPE_INT32, {num_docs + 1}, device);
 }
 
+// args.q_start (flamia.h): document b's queries start at data[b].
+inline flamia_tensor q_start_view(const int32_t* data, int64_t num_docs, int32_t device = FLAMIA_DEVICE_HOST) {
+  return make_tensor(data, FLAMIA_DTYPE_INT32, {num_docs}, device);
+}
+
 inline int64_t numel(const flamia_tensor& t) {
   int64_t n = 1;
   for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];

@@ -73,6 +73,7 @@ sm90::Params make_params(const Problem& p, const flamia_attention_args& a) {
   s.v_stride_t = effective_stride(a.v, 0);
   s.v_stride_h = effective_stride(a.v, 1);
   s.cu_seqlens = static_cast<const int32_t*>(a.cu_seqlens.data);
+  s.q_start = static_cast<const int32_t*>(a.q_start.data);
   s.num_docs = p.num_docs;
   s.total_tokens = p.total_tokens;
   s.max_seqlen = p.max_seqlen;
@@ -101,7 +102,7 @@ Status check_pointer(const char* name, const void* ptr, int device) {
                          " (checking mode, FLAMIA_CHECK=1)");
 }
 
-// Copies cu_seqlens to the host on the caller's stream and waits for it: a synchronisation,
+// Copies cu_seqlens (and q_start) to the host on the caller's stream and waits for it: a synchronisation,
 // which is why it happens only in checking mode.
 Status check_cu_seqlens_on_device(const Problem& p, const flamia_attention_args& a) {
   std::vector<int32_t> cu(size_t(p.num_docs) + 1);
@@ -110,7 +111,14 @@ Status check_cu_seqlens_on_device(const Problem& p, const flamia_attention_args&
                                          cudaMemcpyDeviceToHost, stream),
                          "cudaMemcpyAsync(cu_seqlens)"));
   FLAMIA_TRY(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize(checking cu_seqlens)"));
-  return validate_cu_seqlens_values(cu.data(), p.num_docs, p.total_tokens, p.max_seqlen);
+  FLAMIA_TRY(validate_cu_seqlens_values(cu.data(), p.num_docs, p.total_tokens, p.max_seqlen));
+  if (!p.has_q_start) return Status::success();
+  std::vector<int32_t> qs(size_t(p.num_docs));
+  FLAMIA_TRY(cuda_status(cudaMemcpyAsync(qs.data(), a.q_start.data, qs.size() * sizeof(int32_t),
+                                         cudaMemcpyDeviceToHost, stream),
+                         "cudaMemcpyAsync(q_start)"));
+  FLAMIA_TRY(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize(checking q_start)"));
+  return validate_q_start_values(qs.data(), cu.data(), p.num_docs);
 }
 
 // Gathers a [T, H, D] bf16 device view into a dense host array (one 2-D copy per head).
@@ -139,6 +147,7 @@ Status check_finite_on_device(const char* name, const flamia_tensor& t, cudaStre
 Status checking_mode_inputs(const Problem& p, const flamia_attention_args& a) {
   if (!checking_mode()) return Status::success();
   FLAMIA_TRY(check_pointer("cu_seqlens", a.cu_seqlens.data, p.device));
+  FLAMIA_TRY(check_pointer("q_start", a.q_start.data, p.device));
   FLAMIA_TRY(check_cu_seqlens_on_device(p, a));
   const cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   // q, k, v without data: the fp8 backward, which reads them from qkv8 (validate_args).

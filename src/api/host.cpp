@@ -28,6 +28,10 @@ ref::Problem host_problem(const Problem& p, const flamia_attention_args& a) {
   rp.head_dim = p.head_dim;
   const int32_t* cu = static_cast<const int32_t*>(a.cu_seqlens.data);
   rp.cu_seqlens.assign(cu, cu + p.num_docs + 1);
+  if (p.has_q_start) {
+    const int32_t* qs = static_cast<const int32_t*>(a.q_start.data);
+    rp.q_start.assign(qs, qs + p.num_docs);
+  }
   rp.causal = p.causal;
   rp.softmax_scale = p.softmax_scale;
   return rp;

@@ -14,6 +14,7 @@ namespace api {
 namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+static_assert(tiles::kQueryTile == FLAMIA_QUERY_TILE, "flamia.h states the kernels' query tile");
 
 std::string list_str(const int64_t* v, int n) {
   std::string s = "[";
@@ -202,6 +203,13 @@ Status check_cu_seqlens(const flamia_tensor& cu, int32_t device) {
   return check_tensor(s, cu, device);
 }
 
+// q_start is optional: absent when its data is null, whatever its shape says.
+Status check_q_start(const flamia_tensor& qs, int64_t num_docs, int32_t device) {
+  if (!qs.data) return Status::success();
+  const Spec s{"q_start", FLAMIA_DTYPE_INT32, "[B]", 1, {num_docs}, Layout::kDense};
+  return check_tensor(s, qs, device);
+}
+
 Status check_scalars(const flamia_attention_args& a) {
   if (a.max_seqlen < 1)
     return Status::invalid("max_seqlen: must be >= 1, got " + std::to_string(a.max_seqlen));
@@ -269,6 +277,7 @@ Status validate_args(const flamia_attention_args* args, Problem* p, bool qkv_dat
                           qkv_data_optional));
 
   FLAMIA_TRY(check_cu_seqlens(a.cu_seqlens, device));
+  FLAMIA_TRY(check_q_start(a.q_start, a.cu_seqlens.shape[0] - 1, device));
   FLAMIA_TRY(check_scalars(a));
 
   p->total_tokens = T;
@@ -281,11 +290,15 @@ Status validate_args(const flamia_attention_args* args, Problem* p, bool qkv_dat
   p->softmax_scale = resolve_softmax_scale(a.softmax_scale, int(D));
   p->recipe = a.recipe;
   p->device = device;
+  p->has_q_start = a.q_start.data != nullptr;
   // Host values are checked always (cheap); device values only in checking mode, by the
   // device path, because reading them costs a synchronisation.
-  if (p->on_host())
-    FLAMIA_TRY(validate_cu_seqlens_values(static_cast<const int32_t*>(a.cu_seqlens.data), p->num_docs, T,
-                                          p->max_seqlen));
+  if (p->on_host()) {
+    const int32_t* cu = static_cast<const int32_t*>(a.cu_seqlens.data);
+    FLAMIA_TRY(validate_cu_seqlens_values(cu, p->num_docs, T, p->max_seqlen));
+    if (p->has_q_start)
+      FLAMIA_TRY(validate_q_start_values(static_cast<const int32_t*>(a.q_start.data), cu, p->num_docs));
+  }
   return Status::success();
 }
 
@@ -315,12 +328,22 @@ std::string describe_fault(const guard::DeviceError& e) {
              std::to_string(e.index + 1) + "] - cu_seqlens[" + i + "])";
     case guard::kWorkListOverflow:
       return "cu_seqlens: the documents need more work items than the qkv8 buffer holds";
+    case guard::kQStartInvalid:
+      return "q_start: q_start[" + i + "] = " + a + " must be a multiple of " + std::to_string(tiles::kQueryTile) +
+             " in [0, " + b + "] (the length of document " + i + ")";
     case guard::kQkv8Mismatch:
       return "qkv8: holds q, k, v quantized for a different cu_seqlens (or T, B, heads, head dim, recipe) "
              "than this call's; quantize again (flamia_quantize_qkv, or qkv8_filled = 0). A rejected qkv8 "
              "stays rejected until it is quantized again";
   }
   return "unknown device error code " + std::to_string(e.fault);
+}
+
+Status validate_q_start_values(const int32_t* q_start, const int32_t* cu, int num_docs) {
+  for (int b = 0; b < num_docs; ++b)
+    if (!guard::q_start_valid(q_start[b], int64_t(cu[b + 1]) - cu[b]))
+      return Status::invalid(describe_fault(guard::make_error(guard::kQStartInvalid, b, cu, 0, 0, 0, q_start)));
+  return Status::success();
 }
 
 Status validate_cu_seqlens_values(const int32_t* cu, int num_docs, int64_t total_tokens, int max_seqlen) {

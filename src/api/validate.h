@@ -28,6 +28,7 @@ struct Problem {
   float softmax_scale = 0.0f;  // resolved: never 0
   flamia_recipe recipe = FLAMIA_RECIPE_FP8;
   int device = FLAMIA_DEVICE_HOST;  // where every tensor lives
+  bool has_q_start = false;         // args.q_start given (its data non-null)
   bool on_host() const { return device == FLAMIA_DEVICE_HOST; }
 };
 
@@ -54,6 +55,10 @@ Status validate_args(const flamia_attention_args* args, Problem* p, bool qkv_dat
 Status validate_cu_seqlens_values(const int32_t* cu, int num_docs, int64_t total_tokens, int max_seqlen);
 guard::DeviceError find_cu_fault(const int32_t* cu, int num_docs, int64_t total_tokens, int max_seqlen,
                                  int32_t stage);
+
+// Values of q_start (host memory; cu_seqlens already valid): each a multiple of
+// FLAMIA_QUERY_TILE in [0, L_b]. The first fault, as the device reports it.
+Status validate_q_start_values(const int32_t* q_start, const int32_t* cu, int num_docs);
 
 // The message of a fault (host check or device record), naming the argument and the
 // broken invariant.

@@ -17,5 +17,11 @@ constexpr int kRefFwdBlockN = 64;
 constexpr int kBwdBlockM = 64;
 constexpr int kBwdBlockN = 64;
 
+// A document's first query (q_start, flamia.h) is a multiple of this, so that every query
+// tile of every kernel above lies wholly before it or wholly after it.
+constexpr int kQueryTile = 128;
+static_assert(kQueryTile % kFwdBlockM == 0 && kQueryTile % kBwdBlockM == 0,
+              "q_start must fall on query-tile boundaries (the reference forwards' tiles are kBwdBlockM's 64)");
+
 }  // namespace tiles
 }  // namespace flamia

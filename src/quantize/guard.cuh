@@ -26,6 +26,7 @@ enum class FingerprintMode {
 
 struct GuardArgs {
   const int32_t* cu = nullptr;
+  const int32_t* q_start = nullptr;  // optional [B] (flamia.h); checked after cu_seqlens
   int num_docs = 0;
   int64_t total_tokens = 0;
   int max_seqlen = 0;
@@ -53,7 +54,8 @@ __device__ __forceinline__ void record(const GuardArgs& g, const DeviceError& e)
 }
 
 // Called by every thread of one block; returns true (uniformly) when the call may proceed.
-// Reads each cu_seqlens entry twice at most; no entry outside [0, num_docs] is touched.
+// Reads each cu_seqlens entry three times at most; no entry outside [0, num_docs] is touched
+// (nor of q_start outside [0, num_docs)).
 template <int kThreads>
 __device__ bool guard_block(const GuardArgs& g) {
   __shared__ unsigned long long s_key, s_sum;
@@ -67,6 +69,11 @@ __device__ bool guard_block(const GuardArgs& g) {
   for (int64_t i = threadIdx.x; i <= g.num_docs; i += kThreads) {
     const int32_t f = entry_fault(g.cu, i, g.num_docs, g.total_tokens, g.max_seqlen);
     if (f != kNone && fault_key(f, i) < key) key = fault_key(f, i);
+    // A cu_seqlens fault has the smaller code, so q_start is judged on valid lengths only.
+    if (g.q_start && i < g.num_docs &&
+        !q_start_valid(g.q_start[i], int64_t(g.cu[i + 1]) - int64_t(g.cu[i])) &&
+        fault_key(kQStartInvalid, i) < key)
+      key = fault_key(kQStartInvalid, i);
     sum += entry_fingerprint(i, g.cu[i]);
   }
   if (key != kNoFaultKey) atomicMin(&s_key, (unsigned long long)key);
@@ -76,7 +83,7 @@ __device__ bool guard_block(const GuardArgs& g) {
     const uint64_t fp = finish_fingerprint(g.shape + s_sum);
     DeviceError e{kNone, g.stage, 0, 0, 0};
     if (s_key != kNoFaultKey) {
-      e = make_error(key_fault(s_key), key_index(s_key), g.cu, g.total_tokens, g.max_seqlen, g.stage);
+      e = make_error(key_fault(s_key), key_index(s_key), g.cu, g.total_tokens, g.max_seqlen, g.stage, g.q_start);
     } else if (g.mode != FingerprintMode::kRecord && *g.fingerprint != fp) {
       e.fault = kQkv8Mismatch;
     }

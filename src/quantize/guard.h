@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "common/tiles.h"
 #include "flamia/formats.h"  // FLAMIA_HD
 
 namespace flamia {
@@ -25,7 +26,13 @@ enum Fault : int32_t {
   kCuLongerThanMax = 4,    // cu[b + 1] - cu[b] > max_seqlen      index b (document)
   kWorkListOverflow = 5,   // more work items than the buffer holds (implied by the above)
   kQkv8Mismatch = 6,       // qkv8 quantized for another cu_seqlens / shape
+  kQStartInvalid = 7,      // q_start[b] not a multiple of 128 in [0, L_b]  index b
 };
+
+// Whether q_start[b] is valid for a document of length len (cu_seqlens already valid).
+FLAMIA_HD bool q_start_valid(int32_t qs, int64_t len) {
+  return qs >= 0 && qs <= len && qs % tiles::kQueryTile == 0;
+}
 
 // Which call recorded a fault.
 enum Stage : int32_t { kStageQuantize = 1, kStageForward = 2, kStageBackward = 3 };
@@ -59,9 +66,10 @@ constexpr uint64_t kNoFaultKey = ~uint64_t(0);
 
 // The record of fault at entry i, with the values its message quotes.
 FLAMIA_HD DeviceError make_error(int32_t fault, int64_t i, const int32_t* cu, int64_t total_tokens,
-                                 int64_t max_seqlen, int32_t stage) {
+                                 int64_t max_seqlen, int32_t stage, const int32_t* q_start = nullptr) {
   DeviceError e{fault, stage, i, 0, 0};
   switch (fault) {
+    case kQStartInvalid: e.a = q_start[i]; e.b = int64_t(cu[i + 1]) - cu[i]; break;
     case kCuFirstNotZero: e.a = cu[0]; break;
     case kCuDecreasing: e.a = cu[i]; e.b = cu[i - 1]; break;
     case kCuLastNotT: e.a = cu[i]; e.b = total_tokens; break;

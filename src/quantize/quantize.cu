@@ -354,6 +354,7 @@ guard::GuardArgs make_guard(const sm90::Params& p, guard::FingerprintMode mode, 
                             guard::DeviceError* status, int32_t stage) {
   guard::GuardArgs g;
   g.cu = p.cu_seqlens;
+  g.q_start = p.q_start;
   g.num_docs = p.num_docs;
   g.total_tokens = p.total_tokens;
   g.max_seqlen = p.max_seqlen;

@@ -459,6 +459,7 @@ void forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, co
   for (int b = 0; b < p.num_docs(); ++b) {
     const int64_t base = p.cu_seqlens[b];
     const int L = int(p.cu_seqlens[b + 1] - base);
+    const int q0 = p.first_query(b);
     if (L <= 0) continue;
     for (int kvh = 0; kvh < Hkv; ++kvh) {
       const std::vector<float> kt = transpose_rows(k8, base, L, kvh);
@@ -466,7 +467,7 @@ void forward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, co
         for_rows(L, [&](int first, int stride) {
           std::vector<float> s_buf(BN), p_buf(BN), sv_buf(BN), acc(D), tile(D), part(D);
           for (int i = first; i < L; i += stride) {
-            if (rows && !(*rows)[size_t(base + i)]) continue;
+            if (i < q0 || (rows && !(*rows)[size_t(base + i)])) continue;
             uint16_t* o = out + (size_t(base + i) * Hq + h) * D;
             float* ls = lse + size_t(h) * T + base + i;
             if (chunk > 0)
@@ -517,7 +518,7 @@ struct PairMatrices {
 
 PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const Operand& q8, const Operand& k8,
                            const Operand& v8, const Operand& do8, const float* lse2,
-                           const float* Drow, int64_t base, int L, int h, int kvh) {
+                           const float* Drow, int64_t base, int L, int q0, int h, int kvh) {
   const int D = p.head_dim;
   const float c = softmax_c(p);
   PairMatrices pm;
@@ -528,6 +529,7 @@ PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const O
   for_rows(L, [&](int first, int stride) {
     std::vector<float> s(L), dp(L);
     for (int i = first; i < L; i += stride) {
+      if (i < q0) continue;  // a key-only row: its P and dS are never read
       const int jend = key_end(i, L, p.causal);
       const int64_t ti = base + i;
       raw_scores(cfg, q8.row(ti, h), kt.data(), k8, base, kvh, L, D, 0, jend, s.data());
@@ -637,14 +639,15 @@ void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMat
   });
 }
 
-// dQ of one query head for the rows of one document: key tiles [n0, n0 + BN).
+// dQ of one query head for the rows [q0, L) of one document: key tiles [n0, n0 + BN).
 void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices& pm,
-                const Operand& k8, int64_t base, int L, int h, int kvh, uint16_t* dq) {
+                const Operand& k8, int64_t base, int L, int q0, int h, int kvh, uint16_t* dq) {
   const int D = p.head_dim, BN = cfg.tiling.bwd_block_n;
   const BackwardPrecision prec = backward_precision(cfg);
   for_rows(L, [&](int first, int stride) {
     std::vector<float> x(BN), tile(D), acc(D), col;
     for (int i = first; i < L; i += stride) {
+      if (i < q0) continue;
       for (int d = 0; d < D; ++d) acc[d] = 0.0f;
       const int jend = key_end(i, L, p.causal);
       for (int n0 = 0; n0 < jend; n0 += BN) {
@@ -686,6 +689,7 @@ void backward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, c
   for (int b = 0; b < p.num_docs(); ++b) {
     const int64_t base = p.cu_seqlens[b];
     const int L = int(p.cu_seqlens[b + 1] - base);
+    const int q0 = p.first_query(b);
     if (L <= 0) continue;
     const int chunk = chunk_queries > 0 ? chunk_queries : L;
     const int chunks = (L + chunk - 1) / chunk;
@@ -703,11 +707,11 @@ void backward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, c
           lse2[i] = lse[size_t(h) * T + base + i] * kLog2e;
         }
         const PairMatrices pm =
-            pair_matrices(p, cfg, q8, k8, v8, do8, lse2.data(), Drow.data(), base, L, h, kvh);
+            pair_matrices(p, cfg, q8, k8, v8, do8, lse2.data(), Drow.data(), base, L, q0, h, kvh);
         for (int c = 0; c < chunks; ++c)
           accumulate_dkdv(p, cfg, pm, q8, do8, base, L, h, dk_acc.data() + size_t(c) * L * D,
-                          dv_acc.data() + size_t(c) * L * D, c * chunk, (c + 1) * chunk);
-        compute_dq(p, cfg, pm, k8, base, L, h, kvh, dq);
+                          dv_acc.data() + size_t(c) * L * D, std::max(c * chunk, q0), (c + 1) * chunk);
+        compute_dq(p, cfg, pm, k8, base, L, q0, h, kvh, dq);
       }
       // The partials added in chunk order (the first taken as it is: one chunk is the
       // specification's sum bit for bit).

@@ -20,7 +20,12 @@ struct Problem {
   std::vector<int32_t> cu_seqlens;  // [B + 1]
   bool causal = true;
   float softmax_scale = 0.0f;       // resolved (never 0)
+  // [B] or empty: document b's queries start at position q_start[b] (flamia.h); the rows
+  // before it are keys only — the emulate_* functions leave their O, LSE and dQ untouched
+  // and sum dK/dV over the later query tiles alone (tiles start at multiples of the tile).
+  std::vector<int32_t> q_start;
   int num_docs() const { return int(cu_seqlens.size()) - 1; }
+  int first_query(int b) const { return q_start.empty() ? 0 : q_start[size_t(b)]; }
 };
 
 // Exact attention in float64. Masked-out rows (none for valid inputs) produce zeros.

@@ -85,6 +85,7 @@ struct BwdArgs {
   const float* lse;     // [Hq][T]  natural log, from the forward
   const guard::DeviceError* status;  // the backward's status word (workspace)
   const int32_t* cu_seqlens;
+  const int32_t* q_start;  // [B] or null (flamia.h)
   WorkList work;  // 128-token tiles: the dK/dV pass's key tiles, the dQ pass's query tiles
   uint16_t* dq;         // bf16 [T, Hq, D]
   uint16_t* dk;         // bf16 [T, Hkv, D]
@@ -430,9 +431,11 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   const int valid_k = min(kTileTokens, dt.len - kw0);  // <= 0: no keys (the document ends first)
   const int group = a.hq / a.hkv;
   const int num_query_tiles_doc = (dt.len + kTileTokens - 1) / kTileTokens;
-  // Query tiles from the first that sees the CTA's first keys (causal); a warpgroup skips
-  // the tiles that see none of its own keys.
-  const int m_first = a.causal ? kDkdvWarpgroups * n : 0, num_query_tiles = num_query_tiles_doc - m_first;
+  // Query tiles from the first that sees the CTA's first keys (causal) and is no tile of
+  // keys-only rows (q_start, a multiple of the tile); a warpgroup skips the tiles that see
+  // none of its own keys.
+  const int m_first = max(a.causal ? kDkdvWarpgroups * n : 0, first_query(a.q_start, dt) / kTileTokens);
+  const int num_query_tiles = num_query_tiles_doc - m_first;
   const int steps = group * num_query_tiles;  // (query head, query tile), head-major
   const DocMask mask{dt.len, a.causal};
   uint8_t* smem = swizzle_aligned(smem_raw);
@@ -495,7 +498,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     });
   };
   QueryTile cur{hk * group, m_first};
-  load_step(cur);
+  if (steps > 0) load_step(cur);  // none: every query of the document is before q_start
   ptx::cp_async_commit();
   own_rows_ready();
 
@@ -620,7 +623,8 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
   const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
-  if (dt.len == 0) return;
+  // Keys-only rows (before q_start, a multiple of the tile) get no dQ.
+  if (dt.len == 0 || (kDqWarpgroups * dt.tile) * kTileTokens < first_query(a.q_start, dt)) return;
   const int wg = warpgroup::index();
   const int hk = h / (a.hq / a.hkv);
   // This warpgroup's 64 queries: the 64-token query tile mw, queries [m0, m0 + valid_q).
@@ -834,6 +838,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.lse = lse;
   a.status = reinterpret_cast<const guard::DeviceError*>(ws + ws_layout.status);
   a.cu_seqlens = p.cu_seqlens;
+  a.q_start = p.q_start;
   a.work = work_list(base, layout, layout.fwd_work);
   a.dq = static_cast<uint16_t*>(dq);
   a.dk = static_cast<uint16_t*>(dk);

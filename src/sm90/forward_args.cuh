@@ -21,6 +21,7 @@ struct FwdArgs {
   const float* sk;     // [Hkv][T]
   const float* sv;     // [Hkv][T]
   const int32_t* cu_seqlens;
+  const int32_t* q_start;  // [B] or null (flamia.h)
   WorkList work;
   uint16_t* out;       // bf16 [T, Hq, D]
   float* lse;          // [Hq][T]
@@ -39,6 +40,7 @@ inline void set_forward_common(Args& a, const Params& p, const uint8_t* qkv8, co
   a.sk = reinterpret_cast<const float*>(qkv8 + layout.sk);
   a.sv = reinterpret_cast<const float*>(qkv8 + layout.sv);
   a.cu_seqlens = p.cu_seqlens;
+  a.q_start = p.q_start;
   a.work = work_list(qkv8, layout, list);
   a.out = static_cast<uint16_t*>(out);
   a.lse = lse;

@@ -63,7 +63,8 @@ struct RefItem {
   const float* sk_src;
   const float* sv_src;
 
-  // The item of this CTA; false if it has none (past the work list, or an empty document).
+  // The item of this CTA; false if it has none (past the work list, an empty document, or
+  // a tile before the document's first query, whose rows are keys only).
   __device__ __forceinline__ bool take(const FwdArgs& a) {
     const int slot = blockIdx.x / a.hq;
     h = blockIdx.x % a.hq;
@@ -72,6 +73,7 @@ struct RefItem {
     if (dt.len == 0) return false;
     hk = h / (a.hq / a.hkv);
     m0 = dt.tile * kTileTokens;
+    if (m0 < first_query(a.q_start, dt)) return false;
     num_key_tiles = a.causal ? dt.tile + 1 : dt.num_tiles;
     mask = DocMask{dt.len, a.causal};
     q_row = int64_t(a.hq) * D;

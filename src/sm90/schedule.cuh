@@ -39,6 +39,7 @@ __device__ __forceinline__ int item_count(const WorkList& w) { return min(max(*w
 
 // A tile of one document, positions relative to the document start.
 struct DocTile {
+  int doc;         // document index b
   int64_t tok0;    // packed index of the document's first token
   int64_t pstart;  // padded start of the document in the transposed copies
   int len;         // document length; 0 only for a corrupt item, which a kernel skips
@@ -55,6 +56,7 @@ __device__ __forceinline__ DocTile doc_tile(const int32_t* cu_seqlens, const Wor
   const int2 item = w.items[min(max(slot, 0), w.capacity - 1)];
   const int b = min(max(item.x, 0), w.num_docs - 1);
   DocTile d;
+  d.doc = b;
   d.tok0 = min(max(int64_t(cu_seqlens[b]), int64_t(0)), w.total_tokens);
   const int64_t end = min(max(int64_t(cu_seqlens[b + 1]), d.tok0), w.total_tokens);
   d.len = int(end - d.tok0);
@@ -62,6 +64,13 @@ __device__ __forceinline__ DocTile doc_tile(const int32_t* cu_seqlens, const Wor
   d.num_tiles = (d.len + w.tile - 1) / w.tile;
   d.tile = min(max(item.y, 0), max(d.num_tiles - 1, 0));
   return d;
+}
+
+// The document's first query position (flamia.h, q_start): 0 without q_start. Clamped to
+// [0, len] so that not even an invalid value (which the guard reports, and whose call's
+// outputs are then overwritten with NaN) makes a kernel address rows outside the document.
+__device__ __forceinline__ int first_query(const int32_t* q_start, const DocTile& dt) {
+  return q_start ? min(max(q_start[dt.doc], 0), dt.len) : 0;
 }
 
 inline WorkList work_list(const uint8_t* qkv8, const quant::Qkv8Layout& layout,

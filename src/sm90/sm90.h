@@ -21,6 +21,7 @@ struct Params {
   const void* k; int64_t k_stride_t, k_stride_h;   // bf16 [T, Hkv, D]
   const void* v; int64_t v_stride_t, v_stride_h;   // bf16 [T, Hkv, D]
   const int32_t* cu_seqlens;                       // [num_docs + 1], device
+  const int32_t* q_start;                          // [num_docs] or null (flamia.h)
   int num_docs;
   int64_t total_tokens;
   int max_seqlen;

@@ -82,6 +82,13 @@ struct HostCall {
     dv_t = flamia::bf16_view(dv.data(), T, hkv, dim);
   }
 
+  // args.q_start with the given values (held here).
+  void set_q_start(std::vector<int32_t> values) {
+    q_start = std::move(values);
+    args.q_start = flamia::q_start_view(q_start.data(), int64_t(q_start.size()));
+  }
+  std::vector<int32_t> q_start;
+
   void poison_lse() {
     for (float& x : lse) std::memcpy(&x, &kPoison32, 4);
   }
@@ -326,6 +333,25 @@ const BadCase kBadCases[] = {
     {"k rank", [](HostCall& c) { c.args.k.ndim = 4; }, "k: expected 3 dims [T, Hkv, D], got 4"},
     {"lse rank", [](HostCall& c) { c.lse_t.ndim = 3; }, "lse: expected 2 dims [Hq, T], got 3"},
     {"cu_seqlens rank", [](HostCall& c) { c.args.cu_seqlens.ndim = 2; }, "cu_seqlens: expected 1 dim [B + 1], got 2"},
+    // ---- q_start (documents of 5, 70, 20 tokens: only 0 is a valid first query) --------
+    {"q_start past the document", [](HostCall& c) { c.set_q_start({0, 128, 0}); },
+     "q_start: q_start[1] = 128 must be a multiple of 128 in [0, 70] (the length of document 1)"},
+    {"q_start not a multiple of the tile", [](HostCall& c) { c.set_q_start({0, 0, 8}); },
+     "q_start: q_start[2] = 8 must be a multiple of 128 in [0, 20]"},
+    {"q_start negative", [](HostCall& c) { c.set_q_start({-128, 0, 0}); }, "q_start: q_start[0] = -128"},
+    {"q_start dtype",
+     [](HostCall& c) {
+       c.set_q_start({0, 0, 0});
+       c.args.q_start.dtype = FLAMIA_DTYPE_FP32;
+     },
+     "q_start: expected dtype int32, got fp32"},
+    {"q_start shape", [](HostCall& c) { c.set_q_start({0, 0, 0, 0}); }, "q_start: expected shape [B] = [3], got [4]"},
+    {"q_start device",
+     [](HostCall& c) {
+       c.set_q_start({0, 0, 0});
+       c.args.q_start.device = 0;
+     },
+     "device mismatch: q on host, q_start on cuda:0"},
     {"head dim 96",
      [](HostCall& c) {
        c.args.q.shape[2] = 96;
@@ -600,6 +626,117 @@ TEST(Api, CppWrappersThrowWithStatusAndMessage) {
   EXPECT_EQ(flamia::numel(t), 95 * 4 * 64);
   EXPECT_EQ(flamia::dtype_size(FLAMIA_DTYPE_FP32), 4u);
   EXPECT_THROW(flamia::make_strided_tensor(nullptr, FLAMIA_DTYPE_BF16, {1, 2}, {1}), flamia::Error);
+}
+
+// =========================================================================================
+// q_start: a document's first query rows (flamia.h)
+// =========================================================================================
+
+// Rows at or after q_start equal the call without it bit for bit (O, LSE, dQ); rows before
+// it are left untouched; dK/dV are the sums over the later queries alone — bitwise the call
+// without q_start whose dO and O rows before q_start are zero (their P·dO and dS are zero,
+// and a zero tile product leaves an FP32 sum unchanged). Nothing the call reads of a
+// keys-only row's query side (q, dO, O, LSE) reaches an output.
+TEST(Api, QStartComputesTheLaterRowsAsTheFullCallDoes) {
+  const std::vector<int> lengths = {300, 70, 513, 128, 256};
+  const std::vector<int32_t> q_start = {128, 0, 384, 128, 0};
+  for (const bool causal : {true, false})
+    for (const flamia_recipe recipe : {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED}) {
+      SCOPED_TRACE(std::string(causal ? "causal" : "non-causal") + (recipe == FLAMIA_RECIPE_FP8 ? " fp8" : " fp8_mixed"));
+      const int hq = 4, hkv = 2, dim = 64;
+      HostCall full(lengths, hq, hkv, dim, causal, recipe, 11);
+      ASSERT_EQ(full.forward(), FLAMIA_SUCCESS) << flamia_last_error();
+      ASSERT_EQ(full.backward(), FLAMIA_SUCCESS) << flamia_last_error();
+
+      HostCall part(lengths, hq, hkv, dim, causal, recipe, 11);
+      part.set_q_start(q_start);
+      // Keys-only rows' query side is garbage: it must not matter.
+      const int64_t T = part.pk.p.total_tokens;
+      std::vector<char> keys_only(size_t(T), 0);
+      for (size_t b = 0; b < lengths.size(); ++b)
+        for (int i = 0; i < q_start[b]; ++i) keys_only[size_t(part.cu[b] + i)] = 1;
+      for (int64_t t = 0; t < T; ++t) {
+        if (!keys_only[size_t(t)]) continue;
+        for (int x = 0; x < hq * dim; ++x) {
+          part.pk.q[size_t(t * hq * dim + x)] = 0x7fc0;     // NaN
+          part.pk.dout[size_t(t * hq * dim + x)] = 0xff80;  // -Inf
+        }
+      }
+      ASSERT_EQ(part.forward(), FLAMIA_SUCCESS) << flamia_last_error();
+      for (int64_t t = 0; t < T; ++t)
+        for (int h = 0; h < hq; ++h) {
+          const size_t row = size_t((t * hq + h) * dim);
+          const size_t l = size_t(h * T + t);
+          if (keys_only[size_t(t)]) {
+            ASSERT_EQ(part.out[row], kPoison16) << "token " << t << ": a keys-only row's O was written";
+            uint32_t u;
+            std::memcpy(&u, &part.lse[l], 4);
+            ASSERT_EQ(u, kPoison32) << "token " << t << ": a keys-only row's LSE was written";
+            // The backward reads O and LSE of every row: make the unwritten ones hostile too.
+            for (int d = 0; d < dim; ++d) part.out[row + size_t(d)] = 0x7fc0;
+            part.lse[l] = -std::numeric_limits<float>::infinity();
+          } else {
+            ASSERT_TRUE(std::equal(full.out.begin() + long(row), full.out.begin() + long(row) + dim,
+                                   part.out.begin() + long(row)))
+                << "token " << t << " head " << h << ": O differs from the call without q_start";
+            ASSERT_EQ(bits_of({full.lse[l]}, 1), bits_of({part.lse[l]}, 1)) << "token " << t;
+          }
+        }
+      ASSERT_EQ(part.backward(), FLAMIA_SUCCESS) << flamia_last_error();
+      EXPECT_TRUE(canaries_intact(part));
+      for (int64_t t = 0; t < T; ++t) {
+        const size_t row = size_t(t * hq * dim);
+        for (int x = 0; x < hq * dim; ++x)
+          ASSERT_EQ(part.dq[row + size_t(x)], keys_only[size_t(t)] ? kPoison16 : full.dq[row + size_t(x)])
+              << "token " << t << ": dQ";
+      }
+
+      // dK/dV: the specification without q_start, the keys-only rows' dO and O zeroed.
+      flamia::ref::Problem p = full.pk.p;
+      Bits dout = full.pk.dout, out(full.out.begin(), full.out.begin() + long(T * hq * dim));
+      for (int64_t t = 0; t < T; ++t)
+        if (keys_only[size_t(t)])
+          for (int x = 0; x < hq * dim; ++x) dout[size_t(t * hq * dim + x)] = out[size_t(t * hq * dim + x)] = 0;
+      const size_t nq = size_t(T) * hq * dim, nkv = size_t(T) * hkv * dim;
+      Bits dq(nq), dk(nkv), dv(nkv);
+      flamia::ref::emulate_backward(p, full.config(), full.pk.q.data(), full.pk.k.data(), full.pk.v.data(),
+                                    dout.data(), out.data(), full.lse.data(), dq.data(), dk.data(), dv.data());
+      EXPECT_EQ(head(part.dk, nkv), dk);
+      EXPECT_EQ(head(part.dv, nkv), dv);
+      EXPECT_NE(head(part.dk, nkv), head(full.dk, nkv)) << "q_start must change dK (queries were left out)";
+    }
+}
+
+// q_start = 0 everywhere is the call without it; q_start = L leaves a document's rows
+// untouched and its dK/dV zero.
+TEST(Api, QStartAtTheEndsOfTheDocument) {
+  HostCall full({200, 128}, 2, 1, 128, true, FLAMIA_RECIPE_FP8, 5);
+  ASSERT_EQ(full.forward(), FLAMIA_SUCCESS);
+  ASSERT_EQ(full.backward(), FLAMIA_SUCCESS);
+  HostCall zero({200, 128}, 2, 1, 128, true, FLAMIA_RECIPE_FP8, 5);
+  zero.set_q_start({0, 0});
+  ASSERT_EQ(zero.forward(), FLAMIA_SUCCESS);
+  ASSERT_EQ(zero.backward(), FLAMIA_SUCCESS);
+  EXPECT_EQ(zero.out, full.out);
+  EXPECT_EQ(zero.dq, full.dq);
+  EXPECT_EQ(zero.dk, full.dk);
+  EXPECT_EQ(zero.dv, full.dv);
+
+  HostCall last({200, 128}, 2, 1, 128, true, FLAMIA_RECIPE_FP8, 5);
+  last.set_q_start({0, 128});
+  ASSERT_EQ(last.forward(), FLAMIA_SUCCESS);
+  last.lse = full.lse;  // the backward reads LSE; document 1's rows are not this call's
+  ASSERT_EQ(last.backward(), FLAMIA_SUCCESS);
+  const size_t doc1 = size_t(200) * 2 * 128, doc1_kv = size_t(200) * 1 * 128;
+  EXPECT_TRUE(std::equal(full.out.begin(), full.out.begin() + long(doc1), last.out.begin()));
+  for (size_t i = doc1; i < doc1 + size_t(128) * 2 * 128; ++i) {
+    ASSERT_EQ(last.out[i], kPoison16);
+    ASSERT_EQ(last.dq[i], kPoison16);
+  }
+  for (size_t i = doc1_kv; i < doc1_kv + size_t(128) * 128; ++i) {
+    ASSERT_EQ(last.dk[i], 0) << "no query sees document 1's keys";
+    ASSERT_EQ(last.dv[i], 0);
+  }
 }
 
 }  // namespace

@@ -171,8 +171,12 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     }
     kv += tiles;
 
-    // A tile of a (corrupt) item with no key tile still hands Q's buffer back.
-    if (item.num_key_tiles == 0 && lane == 0) mbar::arrive(q_empty);
+    // A tile with no key tile (keys only, or an empty document) hands Q's buffer back and
+    // stores nothing: keys-only rows' O and LSE are not this call's to write.
+    if (tiles == 0) {
+      if (lane == 0) mbar::arrive(q_empty);
+      continue;
+    }
 
     // Epilogue: O = acc * (1 / l) in bf16 (one division per row, not per element: an IEEE
     // division is a reciprocal, its refinement and a slow-path check), LSE = (mc + log2 l) *

@@ -79,6 +79,7 @@ struct Params {
   const float* sk;  // [Hkv][T]
   const float* sv;  // [Hkv][T]
   const int32_t* cu_seqlens;
+  const int32_t* q_start;  // [B] or null (flamia.h)
   WorkList work;    // 128-row query tiles, costliest first
   uint16_t* out;    // bf16 [T][Hq][D]
   float* lse;       // [Hq][T]
@@ -92,7 +93,7 @@ struct Params {
 struct Item {
   DocTile dt;
   int h, hk;
-  int num_key_tiles;
+  int num_key_tiles;  // 0: nothing to compute (a tile before q_start, or an empty document)
 };
 
 __device__ __forceinline__ Item item_at(const Params& p, int w) {
@@ -102,6 +103,8 @@ __device__ __forceinline__ Item item_at(const Params& p, int w) {
   it.dt = doc_tile(p.cu_seqlens, p.work, w / p.hq);
   // Key tiles are as long as query tiles, so the causal diagonal is key tile dt.tile.
   it.num_key_tiles = p.causal ? min(it.dt.tile + 1, it.dt.num_tiles) : it.dt.num_tiles;
+  // q_start is a multiple of the tile (common/tiles.h): a tile is all keys-only rows or none.
+  if (it.dt.tile * tiles::kFwdBlockM < first_query(p.q_start, it.dt)) it.num_key_tiles = 0;
   return it;
 }
 
