@@ -170,6 +170,11 @@ GpuRunner::GpuRunner(const Case& c) : c_(c) {
   qkv8_ = DeviceBuffer(qb);
   ws_ = DeviceBuffer(wb);
   check_cuda(cudaMemcpy(cu_.get(), c.cu.data(), c.cu.size() * 4, cudaMemcpyHostToDevice), "upload cu");
+  if (!c.q_start.empty()) {
+    q_start_ = DeviceBuffer(c.q_start.size() * 4);
+    check_cuda(cudaMemcpy(q_start_.get(), c.q_start.data(), c.q_start.size() * 4, cudaMemcpyHostToDevice),
+               "upload q_start");
+  }
 }
 
 GpuRunner::~GpuRunner() {
@@ -183,6 +188,7 @@ flamia_attention_args GpuRunner::args() const {
   a.k = view(k_.get(), FLAMIA_DTYPE_BF16, {T, c_.hkv, c_.d}, device_);
   a.v = view(v_.get(), FLAMIA_DTYPE_BF16, {T, c_.hkv, c_.d}, device_);
   a.cu_seqlens = view(cu_.get(), FLAMIA_DTYPE_INT32, {int64_t(c_.cu.size())}, device_);
+  if (!c_.q_start.empty()) a.q_start = view(q_start_.get(), FLAMIA_DTYPE_INT32, {int64_t(c_.q_start.size())}, device_);
   a.max_seqlen = c_.max_seqlen();
   a.causal = c_.causal ? 1 : 0;
   a.softmax_scale = c_.resolved_scale();
@@ -313,6 +319,7 @@ ref::Problem to_problem(const Case& c) {
   p.hkv = c.hkv;
   p.head_dim = c.d;
   p.cu_seqlens = c.cu;
+  p.q_start = c.q_start;
   p.causal = c.causal;
   p.softmax_scale = c.resolved_scale();
   return p;
@@ -395,12 +402,15 @@ void scatter_lse(const std::vector<T>& src, std::vector<T>& x, int64_t Ttot, int
     for (int64_t t = 0; t < L; ++t) x[size_t(h0 + h) * Ttot + t0 + t] = src[size_t(h) * L + t];
 }
 
-ref::Problem sub_problem(const Case& c, int64_t L) {
+// Document b alone, one kv head group.
+ref::Problem sub_problem(const Case& c, int b) {
   ref::Problem p = to_problem(c);
+  const int64_t L = c.doc_len(b);
   p.total_tokens = L;
   p.hq = c.hq / c.hkv;
   p.hkv = 1;
   p.cu_seqlens = {0, int32_t(L)};
+  if (!c.q_start.empty()) p.q_start = {c.q_start[size_t(b)]};
   return p;
 }
 
@@ -422,7 +432,7 @@ void spec_forward(const Case& c, const Inputs& in, FwdResult* out) {
   parallel_for(int(work.size()), [&](int i) {
     const int b = work[i].doc, g = work[i].kv_head;
     const int64_t t0 = c.cu[b], L = c.doc_len(b);
-    const auto p = sub_problem(c, L);
+    const auto p = sub_problem(c, b);
     const auto q = gather(in.q, c.hq, D, t0, L, g * G, G);
     const auto k = gather(in.k, c.hkv, D, t0, L, g, 1);
     const auto v = gather(in.v, c.hkv, D, t0, L, g, 1);
@@ -445,7 +455,7 @@ void spec_backward(const Case& c, const Inputs& in, const FwdResult& fwd, BwdRes
   parallel_for(int(work.size()), [&](int i) {
     const int b = work[i].doc, g = work[i].kv_head;
     const int64_t t0 = c.cu[b], L = c.doc_len(b);
-    const auto p = sub_problem(c, L);
+    const auto p = sub_problem(c, b);
     const auto q = gather(in.q, c.hq, D, t0, L, g * G, G);
     const auto k = gather(in.k, c.hkv, D, t0, L, g, 1);
     const auto v = gather(in.v, c.hkv, D, t0, L, g, 1);
@@ -474,7 +484,7 @@ void exact_forward_backward(const Case& c, const Inputs& in, ExactResult* out) {
   parallel_for(int(work.size()), [&](int i) {
     const int b = work[i].doc, g = work[i].kv_head;
     const int64_t t0 = c.cu[b], L = c.doc_len(b);
-    const auto p = sub_problem(c, L);
+    const auto p = sub_problem(c, b);
     const auto qs = gather(q, c.hq, D, t0, L, g * G, G);
     const auto ks = gather(k, c.hkv, D, t0, L, g, 1);
     const auto vs = gather(v, c.hkv, D, t0, L, g, 1);

@@ -29,6 +29,7 @@ struct Case {
   bool causal = true;
   flamia_recipe recipe = FLAMIA_RECIPE_FP8;
   float softmax_scale = 0.0f;  // 0: the harness passes 1/sqrt(D) explicitly (see resolved_scale)
+  std::vector<int32_t> q_start;  // [B] or empty: args.q_start (flamia.h)
 
   int64_t tokens() const { return cu.empty() ? 0 : cu.back(); }
   int num_docs() const { return int(cu.size()) - 1; }
@@ -147,7 +148,7 @@ class GpuRunner {
   Case c_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
-  DeviceBuffer q_, k_, v_, dout_, cu_, out_, lse_, dq_, dk_, dv_, qkv8_, ws_;
+  DeviceBuffer q_, k_, v_, dout_, cu_, q_start_, out_, lse_, dq_, dk_, dv_, qkv8_, ws_;
 };
 
 // ---------------------------------------------------------------------------------------
