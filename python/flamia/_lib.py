@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence
 
 __all__ = [
     "FlamiaError",
+    "QUERY_TILE",
     "Tensor",
     "AttentionArgs",
     "Library",
@@ -40,6 +41,7 @@ class FlamiaError(RuntimeError):
 # ---- constants mirrored from flamia.h ------------------------------------------------------
 MAX_DIMS = 4
 DEVICE_HOST = -1
+QUERY_TILE = 128  # FLAMIA_QUERY_TILE: q_start values are multiples of it
 
 SUCCESS = 0
 STATUS_NAMES = {
@@ -114,6 +116,8 @@ class AttentionArgs(ctypes.Structure):
         ("softmax_scale", ctypes.c_float),
         ("recipe", ctypes.c_int),
         ("stream", ctypes.c_void_p),
+        # Optional [B] int32: document b's first query row (data NULL: absent, all rows).
+        ("q_start", Tensor),
     ]
 
 

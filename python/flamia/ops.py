@@ -14,9 +14,15 @@ numbers up to FP32 ordering noise, docs/NUMERICS.md §5; exact and slow: for tes
 diagnosing numerics inside a model on a machine without a GPU). All tensors of a call share
 one device.
 
-Validation policy: the C library checks shapes, dtypes, strides and cu_seqlens and names the
-bad argument; Python only checks what the library cannot see (tensors on different devices,
-a dtype the ABI has no code for, a rank needed for allocation).
+Validation policy: the C library checks shapes, dtypes, strides, cu_seqlens and q_start and
+names the bad argument; Python only checks what the library cannot see (tensors on different
+devices, a dtype the ABI has no code for, a rank needed for allocation).
+
+q_start (optional, int32 [B] on cu_seqlens' device): document b's queries start at position
+q_start[b] (a multiple of 128 in [0, L_b]); the rows before are keys only. The library
+computes out, lse and dq only for the later rows (bitwise the rows of the call without
+q_start) and sums dk, dv over them alone; the Python entry points zero-fill out, lse and dq,
+so the earlier rows read 0. Context parallelism (flamia.distributed) uses it.
 """
 
 import contextlib
@@ -36,7 +42,7 @@ _DTYPES = {
     torch.int32: _lib.DTYPE_INT32,
     torch.uint8: _lib.DTYPE_UINT8,
 }
-_EXPECTED = {"cu_seqlens": "torch.int32", "lse": "torch.float32", "qkv8": "torch.uint8"}
+_EXPECTED = {"cu_seqlens": "torch.int32", "q_start": "torch.int32", "lse": "torch.float32", "qkv8": "torch.uint8"}
 
 
 def tensor_view(t: Tensor, name: str) -> _lib.Tensor:
@@ -92,7 +98,8 @@ def _shape_view(shape: Sequence[int], like: Tensor) -> _lib.Tensor:
 
 def _make_args(q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], cu_seqlens: Tensor,
                max_seqlen: int, causal: bool, softmax_scale: float, recipe: str,
-               shapes: Optional[Tuple[Sequence[int], Sequence[int], Tensor]] = None) -> _lib.AttentionArgs:
+               shapes: Optional[Tuple[Sequence[int], Sequence[int], Tensor]] = None,
+               q_start: Optional[Tensor] = None) -> _lib.AttentionArgs:
     """shapes = (q shape, k/v shape, a tensor on the device) describes q, k, v without data
     when they are None (the fp8 backward)."""
     a = _lib.AttentionArgs()
@@ -110,6 +117,8 @@ def _make_args(q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], cu
     a.recipe = _lib.recipe_id(recipe)
     dev = q.device if q is not None else shapes[2].device
     a.stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else None
+    if q_start is not None:  # else left zeroed: data NULL, the field is absent
+        a.q_start = tensor_view(q_start, "q_start")
     return a
 
 
@@ -118,24 +127,31 @@ def _num_docs(cu_seqlens: Tensor) -> int:
 
 
 # ---- eager entry points (also used by the custom ops) ---------------------------------------
+def _with_q_start(named: Tuple[Tuple[str, Tensor], ...], q_start: Optional[Tensor]):
+    return named + ((("q_start", q_start),) if q_start is not None else ())
+
+
 def forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool = True,
-            softmax_scale: float = 0.0, recipe: str = "fp8",
-            for_backward: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
-    """Quantize + forward. Returns (out [T,Hq,D] bf16, lse [Hq,T] fp32, qkv8 uint8)."""
-    dev = _require_one_device((("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)))
+            softmax_scale: float = 0.0, recipe: str = "fp8", for_backward: bool = True,
+            q_start: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """Quantize + forward. Returns (out [T,Hq,D] bf16, lse [Hq,T] fp32, qkv8 uint8).
+    With q_start (int32 [B], module docstring) out and lse are zero-filled first: the rows
+    before q_start[b] read 0 (the library computes only the later rows)."""
+    dev = _require_one_device(_with_q_start((("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)), q_start))
     _require_rank(q, "q", 3, "[T, Hq, D]")
     _require_rank(k, "k", 3, "[T, Hkv, D]")
     lib = _lib.get()
     rid = _lib.recipe_id(recipe)
     T, hq, d = q.shape
     hkv = k.shape[1]
-    out = torch.empty((T, hq, d), dtype=torch.bfloat16, device=dev)
-    lse = torch.empty((hq, T), dtype=torch.float32, device=dev)
+    alloc = torch.empty if q_start is None else torch.zeros
+    out = alloc((T, hq, d), dtype=torch.bfloat16, device=dev)
+    lse = alloc((hq, T), dtype=torch.float32, device=dev)
     nbytes = lib.qkv8_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, rid, for_backward)
     # nbytes == 0 means the sizes are invalid; the forward call below then reports which.
     qkv8 = torch.empty((nbytes,), dtype=torch.uint8, device=dev)
     with _on(dev):
-        args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe)
+        args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, q_start=q_start)
         lib.forward(args, tensor_view(out, "out"), tensor_view(lse, "lse"),
                     qkv8.data_ptr() if nbytes else 0, nbytes, False)
     return out, lse, qkv8
@@ -144,10 +160,12 @@ def forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int
 def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], out: Tensor,
              lse: Tensor, qkv8: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool = True,
              softmax_scale: float = 0.0, recipe: str = "fp8",
-             kv_heads: Optional[int] = None) -> Tuple[Tensor, Tensor, Tensor]:
+             kv_heads: Optional[int] = None, q_start: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """Backward from the forward's saved (out, lse, qkv8). Returns (dq, dk, dv) in bf16.
     q, k, v may all be None with recipe "fp8" on the GPU (the kernels read them from qkv8);
-    kv_heads then gives Hkv (the shapes are out's, [T, Hq, D], and [T, kv_heads, D])."""
+    kv_heads then gives Hkv (the shapes are out's, [T, Hq, D], and [T, kv_heads, D]).
+    q_start: the forward's (module docstring); dq is then zero-filled first (its rows before
+    q_start[b] read 0), and dk, dv sum over the rows at or after q_start[b] only."""
     if q is None or k is None or v is None:
         if not (q is None and k is None and v is None):
             raise FlamiaError("flamia: q, k and v must be given together or all be None")
@@ -157,7 +175,7 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
     else:
         named = (("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse), ("qkv8", qkv8),
                  ("cu_seqlens", cu_seqlens))
-    dev = _require_one_device(named)
+    dev = _require_one_device(_with_q_start(named, q_start))
     if q is not None:
         _require_rank(q, "q", 3, "[T, Hq, D]")
         _require_rank(k, "k", 3, "[T, Hkv, D]")
@@ -173,13 +191,13 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
     rid = _lib.recipe_id(recipe)
     # The kernels read dout with a contiguous head dim; a transposed/expanded grad is common.
     dout = dout.contiguous()
-    dq = torch.empty((T, hq, d), dtype=torch.bfloat16, device=dev)
+    dq = (torch.empty if q_start is None else torch.zeros)((T, hq, d), dtype=torch.bfloat16, device=dev)
     dk = torch.empty((T, hkv, d), dtype=torch.bfloat16, device=dev)
     dv = torch.empty((T, hkv, d), dtype=torch.bfloat16, device=dev)
     wbytes = lib.backward_workspace_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, rid)
     ws = torch.empty((wbytes,), dtype=torch.uint8, device=dev)
     with _on(dev):
-        args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, shapes)
+        args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, shapes, q_start)
         lib.backward(args, tensor_view(dout, "dout"), tensor_view(out, "out"), tensor_view(lse, "lse"),
                      qkv8.data_ptr() if qkv8.numel() else 0, qkv8.numel(),
                      ws.data_ptr() if wbytes else 0, wbytes,
@@ -190,8 +208,9 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
 # ---- custom ops ------------------------------------------------------------------------------
 @torch.library.custom_op("flamia::fwd", mutates_args=())
 def _fwd_op(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool,
-            softmax_scale: float, recipe: str, for_backward: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    return forward(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward)
+            softmax_scale: float, recipe: str, for_backward: bool,
+            q_start: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    return forward(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward, q_start)
 
 
 def _qkv8_fake_size(q: Tensor, k: Tensor, cu_seqlens: Tensor, recipe: str, for_backward: bool):
@@ -206,7 +225,7 @@ def _qkv8_fake_size(q: Tensor, k: Tensor, cu_seqlens: Tensor, recipe: str, for_b
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward):
+def _fwd_fake(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward, q_start=None):
     T, hq, d = q.shape
     out = q.new_empty((T, hq, d), dtype=torch.bfloat16)
     lse = q.new_empty((hq, T), dtype=torch.float32)
@@ -217,13 +236,14 @@ def _fwd_fake(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, fo
 @torch.library.custom_op("flamia::bwd", mutates_args=())
 def _bwd_op(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], out: Tensor,
             lse: Tensor, qkv8: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool, softmax_scale: float,
-            recipe: str, kv_heads: int) -> Tuple[Tensor, Tensor, Tensor]:
+            recipe: str, kv_heads: int, q_start: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     return backward(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, softmax_scale, recipe,
-                    kv_heads)
+                    kv_heads, q_start)
 
 
 @_bwd_op.register_fake
-def _bwd_fake(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, kv_heads):
+def _bwd_fake(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, kv_heads,
+              q_start=None):
     T, hq, d = out.shape
     return (out.new_empty((T, hq, d), dtype=torch.bfloat16), out.new_empty((T, kv_heads, d), dtype=torch.bfloat16),
             out.new_empty((T, kv_heads, d), dtype=torch.bfloat16))
@@ -235,14 +255,14 @@ def _keeps_qkv(q: Tensor) -> bool:
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward = inputs
+    q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward, q_start = inputs
     out, lse, qkv8 = output
     ctx.keeps_qkv = _keeps_qkv(q)
     ctx.kv_heads = k.shape[1]
     if ctx.keeps_qkv:
-        ctx.save_for_backward(q, k, v, out, lse, qkv8, cu_seqlens)
+        ctx.save_for_backward(q, k, v, out, lse, qkv8, cu_seqlens, q_start)
     else:
-        ctx.save_for_backward(out, lse, qkv8, cu_seqlens)
+        ctx.save_for_backward(out, lse, qkv8, cu_seqlens, q_start)
     ctx.max_seqlen = max_seqlen
     ctx.causal = causal
     ctx.softmax_scale = softmax_scale
@@ -259,18 +279,19 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, dout, dlse, dqkv8):
     if ctx.keeps_qkv:
-        q, k, v, out, lse, qkv8, cu_seqlens = ctx.saved_tensors
+        q, k, v, out, lse, qkv8, cu_seqlens, q_start = ctx.saved_tensors
     else:
         q = k = v = None
-        out, lse, qkv8, cu_seqlens = ctx.saved_tensors
+        out, lse, qkv8, cu_seqlens, q_start = ctx.saved_tensors
     if not ctx.for_backward:
         raise FlamiaError("flamia: backward through a forward run without for_backward "
                           "(grad was disabled when the forward ran)")
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = torch.ops.flamia.bwd(dout.contiguous(), q, k, v, out, lse, qkv8, cu_seqlens,
-                                      ctx.max_seqlen, ctx.causal, ctx.softmax_scale, ctx.recipe, ctx.kv_heads)
-    return dq, dk, dv, None, None, None, None, None, None
+                                      ctx.max_seqlen, ctx.causal, ctx.softmax_scale, ctx.recipe, ctx.kv_heads,
+                                      q_start)
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("flamia::fwd", _backward, setup_context=_setup_context)
@@ -279,7 +300,7 @@ torch.library.register_autograd("flamia::fwd", _backward, setup_context=_setup_c
 # ---- public API ------------------------------------------------------------------------------
 def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int,
               causal: bool = True, softmax_scale: Optional[float] = None, recipe: str = "fp8",
-              return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+              return_lse: bool = False, q_start: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """FP8 attention over a packed batch of documents.
 
     q [T, Hq, D], k/v [T, Hkv, D] bf16 tensors (Hq a multiple of Hkv, D in {64, 128},
@@ -287,13 +308,20 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: i
     longest document. CUDA tensors run on torch.cuda.current_stream(); CPU tensors run the
     CPU specification (slow; tests and diagnosis). Returns out [T, Hq, D] bf16 (and lse
     [Hq, T] fp32 when return_lse). Differentiable w.r.t. q, k, v.
+
+    q_start (optional, int32 [B] on cu_seqlens' device): document b's queries start at
+    position q_start[b], a multiple of 128 in [0, L_b]; the rows before are keys only. Those
+    rows of out and lse are 0 (and their q gradient is 0); every later row, of out, lse and
+    the q gradient, is bitwise the row of the call without q_start; the k, v gradients sum
+    over the later query rows only (as if dout were 0 on the earlier ones). The library
+    checks the values (FlamiaError naming q_start).
     """
-    _require_one_device((("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)))
+    _require_one_device(_with_q_start((("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)), q_start))
     _lib.recipe_id(recipe)  # fail early, with the list of recipes
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens, int(max_seqlen), bool(causal),
                                        float(softmax_scale) if softmax_scale is not None else 0.0,
-                                       recipe, needs_grad)
+                                       recipe, needs_grad, q_start)
     return (out, lse) if return_lse else out
 
 

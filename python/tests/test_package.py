@@ -45,8 +45,9 @@ def test_struct_layout_matches_header():
     # sizeof/offsetof of flamia_tensor and flamia_attention_args on LP64 (checked against the C header).
     assert ctypes.sizeof(_lib.Tensor) == 88
     assert _lib.Tensor.device.offset == 80
-    assert ctypes.sizeof(_lib.AttentionArgs) == 376
+    assert ctypes.sizeof(_lib.AttentionArgs) == 464
     assert _lib.AttentionArgs.stream.offset == 368
+    assert _lib.AttentionArgs.q_start.offset == 376
 
 
 def test_long_tailed_packs_are_reproducible_and_full():
