@@ -29,7 +29,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ._lib import FlamiaError
+from ._lib import QUERY_TILE, FlamiaError
 
 __all__ = ["Segment", "RankShard", "ShardPlan", "Balance", "plan_shards", "shard", "unshard",
            "balance", "attention"]
@@ -149,11 +149,16 @@ def _pairs(start: int, end: int) -> int:
     return (end * (end + 1) - start * (start + 1)) // 2
 
 
+def _chunk_size(length: int, world_size: int, align: int) -> int:
+    """C = roundup(ceil(L / 2P), align): the chunk size of a split document."""
+    return -(-(-(-length // (2 * world_size))) // align) * align
+
+
 def _zigzag_chunks(length: int, world_size: int, align: int) -> List[Tuple[int, int, int]]:
     """(rank, start, end) of the non-empty chunks of a split document: 2P chunks of
     C = roundup(ceil(L / 2P), align) tokens; chunk j goes to rank min(j, 2P - 1 - j)."""
     n = 2 * world_size
-    c = -(-(-(-length // n)) // align) * align
+    c = _chunk_size(length, world_size, align)
     out = []
     for j in range(n):
         start, end = min(j * c, length), min((j + 1) * c, length)
@@ -301,10 +306,11 @@ class _GatherLayout:
     max_seqlen: int
 
 
-def _gather_layout(plan: ShardPlan, rank: int, cut: Sequence[int]) -> _GatherLayout:
-    cut_set = set(cut)
-    # Per rank: its rows of cut documents in storage order, and where each (doc, position) sits.
-    where = {}  # (doc, position) -> (rank, index among that rank's cut rows)
+def _cut_rows(plan: ShardPlan, cut_set) -> Tuple[List[List[int]], dict, int]:
+    """Per rank, its rows of cut documents in storage order (what it sends in an all_gather);
+    where each (doc, position) sits: (rank, index among that rank's cut rows); and the width
+    (the longest list: all_gather pads every rank's rows to it)."""
+    where = {}
     cut_rows = []
     for rs in plan.ranks:
         rows, at = [], 0
@@ -316,7 +322,12 @@ def _gather_layout(plan: ShardPlan, rank: int, cut: Sequence[int]) -> _GatherLay
                 rows.extend(range(offsets[i], offsets[i] + seg.length))
                 at += seg.length
         cut_rows.append(rows)
-    width = max(len(r) for r in cut_rows)
+    return cut_rows, where, max(len(r) for r in cut_rows)
+
+
+def _gather_layout(plan: ShardPlan, rank: int, cut: Sequence[int]) -> _GatherLayout:
+    cut_set = set(cut)
+    cut_rows, where, width = _cut_rows(plan, cut_set)
     rs = plan.ranks[rank]
     offsets = rs.cu_seqlens.tolist()
     whole_rows, local_cu = [], [0]
@@ -344,15 +355,21 @@ def _gather_layout(plan: ShardPlan, rank: int, cut: Sequence[int]) -> _GatherLay
                          cu_seqlens=torch.tensor(local_cu, dtype=torch.int32), max_seqlen=max(lengths, default=0))
 
 
-def _gather_cut_rows(x: Tensor, lay: _GatherLayout, group) -> Tensor:
-    """Every cut document's rows of x, in document and position order, from all ranks."""
+def _all_cut_rows(x: Tensor, lay, group) -> Tensor:
+    """Every rank's rows of cut documents of x, rank-major ([P * width, ...]; rank s's rows
+    from s * width, padded), through one all_gather."""
     import torch.distributed as dist
 
     mine = x.new_zeros((lay.width,) + tuple(x.shape[1:]))
     mine[:lay.cut_rows.shape[0]] = x.index_select(0, lay.cut_rows.to(x.device))
     parts = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
     dist.all_gather(parts, mine, group=group)
-    return torch.cat(parts).index_select(0, lay.gather_idx.to(x.device))
+    return torch.cat(parts)
+
+
+def _gather_cut_rows(x: Tensor, lay: _GatherLayout, group) -> Tensor:
+    """Every cut document's rows of x, in document and position order, from all ranks."""
+    return _all_cut_rows(x, lay, group).index_select(0, lay.gather_idx.to(x.device))
 
 
 def _local_pack(x: Tensor, lay: _GatherLayout, group) -> Tensor:
@@ -387,26 +404,192 @@ class _GatheredAttention(torch.autograd.Function):
         return (*grads, None, None, None, None, None)
 
 
+@dataclass(frozen=True)
+class _DivideLayout:
+    """How a rank assembles its local pack for the divided exchange: per segment in storage
+    order, a whole document as it is (q_start 0), or for a chunk [start, end) of a cut
+    document the local document [0, end) of that document — k, v of every position (the
+    earlier ones gathered from the ranks holding them), q zero before `start` and the
+    rank's own rows after — with q_start = start.
+
+    cut_rows, width: as _GatherLayout's (the all_gather of k and v; the reduce-scatter of the
+    dK/dV partials uses the same rank-major layout of P * width rows); q_idx: for every local
+    row its row in cat([q, one zero row]); kv_idx: its row in cat([k, the gathered rows]);
+    own_idx: for every row the rank stores, its row in the local pack; partial_rows: per
+    chunk, (first local row, its length end, the rank-major rows of positions [0, end));
+    cu_seqlens, q_start, max_seqlen: the local pack's."""
+
+    cut_rows: Tensor
+    width: int
+    q_idx: Tensor
+    kv_idx: Tensor
+    own_idx: Tensor
+    partial_rows: Tuple[Tuple[int, int, Tensor], ...]
+    cu_seqlens: Tensor
+    q_start: Tensor
+    max_seqlen: int
+
+
+def _divide_layout(plan: ShardPlan, rank: int, cut: Sequence[int]) -> _DivideLayout:
+    cut_set = set(cut)
+    cut_rows, where, width = _cut_rows(plan, cut_set)
+    rs = plan.ranks[rank]
+    offsets = rs.cu_seqlens.tolist()
+    t_r = rs.num_tokens
+    q_idx, kv_idx, own_idx, partial_rows, local_cu, q_start = [], [], [], [], [0], []
+    for i, seg in enumerate(rs.segments):
+        base = local_cu[-1]
+        own = list(range(offsets[i], offsets[i] + seg.length))
+        if seg.doc in cut_set:
+            gathered = [r * width + j for r, j in (where[(seg.doc, p)] for p in range(seg.end))]
+            q_idx += [t_r] * seg.start + own
+            kv_idx += [t_r + g for g in gathered]
+            own_idx += range(base + seg.start, base + seg.end)
+            partial_rows.append((base, seg.end, torch.tensor(gathered, dtype=torch.int64)))
+            local_cu.append(base + seg.end)
+            q_start.append(seg.start)
+        else:
+            q_idx += own
+            kv_idx += own
+            own_idx += range(base, base + seg.length)
+            local_cu.append(base + seg.length)
+            q_start.append(0)
+    lengths = [b - a for a, b in zip(local_cu, local_cu[1:])]
+    as_index = lambda x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
+    return _DivideLayout(cut_rows=as_index(cut_rows[rank]), width=width, q_idx=as_index(q_idx),
+                         kv_idx=as_index(kv_idx), own_idx=as_index(own_idx), partial_rows=tuple(partial_rows),
+                         cu_seqlens=torch.tensor(local_cu, dtype=torch.int32),
+                         q_start=torch.tensor(q_start, dtype=torch.int32), max_seqlen=max(lengths, default=0))
+
+
+def _reduce_scatter_rows(partials: Tensor, width: int, group) -> Tensor:
+    """The sum over the group of every rank's partials ([P * width, ...], rank-major), this
+    rank's block of it ([width, ...])."""
+    import torch.distributed as dist
+
+    out = partials.new_empty((width,) + tuple(partials.shape[1:]))
+    try:
+        dist.reduce_scatter_tensor(out, partials, group=group)
+    except RuntimeError:
+        # A backend without reduce-scatter (gloo in older torch): the same sums, all of them.
+        dist.all_reduce(partials, group=group)
+        out = partials[dist.get_rank(group) * width:][:width]
+    return out
+
+
+class _DividedAttention(torch.autograd.Function):
+    """Attention of a rank's rows with the work of cut documents divided (causal, chunks of
+    multiples of 128): k and v of the cut documents are gathered, each chunk runs as a local
+    document [0, end) with q_start at the chunk's start, and the rank keeps its own rows. The
+    backward runs with dO on its own rows only; the dK/dV of the gathered keys are FP32
+    partial sums, added over the group by a reduce-scatter onto the ranks holding those keys."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, lay, softmax_scale, recipe, group):
+        import flamia
+
+        dev = q.device
+        pools = (torch.cat([q, q.new_zeros((1,) + tuple(q.shape[1:]))]),
+                 torch.cat([k, _all_cut_rows(k, lay, group)]), torch.cat([v, _all_cut_rows(v, lay, group)]))
+        with torch.enable_grad():
+            leaves = tuple(pool.index_select(0, idx.to(dev)).detach().requires_grad_(x.requires_grad)
+                           for pool, idx, x in zip(pools, (lay.q_idx, lay.kv_idx, lay.kv_idx), (q, k, v)))
+            if leaves[0].shape[0]:
+                out = flamia.attention(*leaves, lay.cu_seqlens.to(dev), lay.max_seqlen, causal=True,
+                                       softmax_scale=softmax_scale, recipe=recipe, q_start=lay.q_start.to(dev))
+            else:  # nothing on this rank: it still takes part in the collectives
+                out = leaves[0] * 0 + (leaves[1].sum() + leaves[2].sum()).to(q.dtype) * 0
+        ctx.lay, ctx.group, ctx.leaves, ctx.out = lay, group, leaves, out
+        ctx.group_size = _group_size(group)
+        return out.detach().index_select(0, lay.own_idx.to(dev))
+
+    @staticmethod
+    def backward(ctx, dout):
+        lay, dev = ctx.lay, dout.device
+        own = lay.own_idx.to(dev)
+        full = dout.new_zeros(ctx.out.shape).index_copy_(0, own, dout.contiguous())
+        want = [x for x in ctx.leaves if x.requires_grad]
+        got = iter(torch.autograd.grad(ctx.out, want, full))
+        local = [next(got) if x.requires_grad else None for x in ctx.leaves]
+        grads = [local[0].index_select(0, own) if local[0] is not None else None]
+        cut_own = lay.cut_rows.to(dev)
+        for g in local[1:]:
+            if g is None:
+                grads.append(None)
+                continue
+            # The rank's partial dK (dV) of every gathered key, FP32, in the all_gather's
+            # rank-major rows; each chunk adds its local document's rows [0, end) (distinct rows
+            # per call, so the adds are deterministic).
+            partials = g.new_zeros((ctx.group_size * lay.width,) + tuple(g.shape[1:]), dtype=torch.float32)
+            for base, end, rows in lay.partial_rows:
+                partials.index_add_(0, rows.to(dev), g[base:base + end].float())
+            mine = _reduce_scatter_rows(partials, lay.width, ctx.group)
+            dx = g.index_select(0, own)  # whole documents' rows, as computed
+            dx.index_copy_(0, cut_own, mine[:cut_own.shape[0]].to(dx.dtype))
+            grads.append(dx)
+        return (*grads, None, None, None, None)
+
+
+def _group_size(group) -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size(group)
+
+
+def _divide_refusal(plan: ShardPlan, cut: Sequence[int], causal: bool) -> Optional[str]:
+    """Why the divided exchange cannot run this plan (None: it can)."""
+    if not causal:
+        return "it needs causal attention (a non-causal query sees the whole document)"
+    for d in cut:
+        c = _chunk_size(plan.doc_length(d), plan.world_size, plan.align)
+        if c % QUERY_TILE:
+            return (f"document {d} (length {plan.doc_length(d)}) is cut into chunks of {c} tokens, not a multiple "
+                    f"of {QUERY_TILE} (plan_shards(..., align={plan.align}); align=128 makes every chunk one)")
+    return None
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causal: bool = True,
-              softmax_scale: Optional[float] = None, recipe: str = "fp8", group=None) -> Tensor:
+              softmax_scale: Optional[float] = None, recipe: str = "fp8", group=None,
+              exchange: Optional[str] = None) -> Tensor:
     """This rank's rows of flamia.attention over the sharded pack.
 
     q [T_r, Hq, D] and k, v [T_r, Hkv, D] are shard(x, plan, rank) of the global tensors;
     returns shard(O, plan, rank), the rows single-pack flamia.attention gives, bit for bit:
-    every document is computed whole, and a document's result does not depend on the rest
-    of the pack (per-token scales, per-document tiles). Differentiable like flamia.attention
-    (the gradients are the shards of the single-pack gradients, bit for bit).
+    a document's result does not depend on the rest of the pack (per-token scales,
+    per-document tiles). Differentiable like flamia.attention.
 
     Documents the plan keeps whole (every document of a long-tailed pack at P = 2) need no
-    communication: their keys and values are on their rank. A document the plan cuts into
-    chunks is gathered whole (q, k, v in BF16, and dO in the backward, through
-    torch.distributed.all_gather over `group`, default the world) onto each rank holding a
-    chunk of it, which computes all of it and keeps its own rows: correct and bitwise, but the
-    attention of a cut document is then not divided over the ranks — the ring kernels that
-    would divide it (docs/CONTEXT_PARALLEL.md) are not built. With cut documents every rank of
-    the group must call this, and run the backward, together."""
+    communication: their keys and values are on their rank, and their gradients are those
+    of single-pack flamia.attention, bit for bit. A document the plan cuts into chunks needs
+    an exchange over `group` (default the world; every rank of the group must then call
+    this, and run the backward, together):
+
+    exchange="divide" (the default when causal and every cut document's chunk size is a
+    multiple of 128, as plan_shards' default align=128 makes it): k and v of the cut
+    documents are gathered (torch.distributed.all_gather, BF16; q and dO stay on their
+    rank), and each chunk [cC, end) the rank holds runs as a local document [0, end) of
+    that document with q_start = cC (flamia.attention's q_start): only the chunk's query
+    rows are computed, so the ranks divide the document's work. O and dQ are bitwise those
+    of single-pack flamia.attention (each query row runs the one-GPU recurrence over the
+    same key tiles). dK and dV of a cut document's keys are summed over the ranks: each rank's
+    partial (the BF16 dK/dV of its chunks' local documents, added in FP32) goes through a
+    reduce-scatter (FP32, sum) onto the rank holding the key, then to BF16. They equal
+    single-pack flamia's up to that re-association and the BF16 rounding of the partials:
+    per element |dK - dK_1| <= 2^-9 (sum_c |dK_c| + 2 |dK_1|) (dK_c: the partial of chunk c's
+    queries, dK_1: the single-pack value; FP32 adds contribute below that), which the tests
+    check as max |dK - dK_1| <= 2^-6 max |dK_1| over each cut document (measured on random
+    inputs at P = 2 and 3: at most 2^-8.6 of it). Needs causal attention and chunks of a
+    multiple of 128 tokens; "divide" otherwise raises FlamiaError saying why.
+
+    exchange="gather" (the default otherwise): each cut document is gathered whole (q, k, v
+    in BF16, and dO in the backward, through all_gather) onto every rank holding a chunk of
+    it, which computes all of it and keeps its own rows: every output and gradient bitwise
+    that of single-pack flamia.attention, but the cut document's work is not divided."""
     _check_plan(plan)
     _check_rank(rank, plan)
+    if exchange not in (None, "divide", "gather"):
+        raise FlamiaError(f"flamia.distributed.attention: exchange must be 'divide', 'gather' or None (the default), "
+                          f"got {exchange!r}")
     rs = plan.ranks[rank]
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor) or x.dim() != 3:
@@ -415,6 +598,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causa
         if x.shape[0] != rs.num_tokens:
             raise FlamiaError(f"flamia.distributed.attention: {name} must have rank {rank}'s {rs.num_tokens} rows "
                               f"(shard(x, plan, rank)), got shape {tuple(x.shape)}")
+    cut = plan.cut_docs
+    refusal = _divide_refusal(plan, cut, causal)
+    if exchange == "divide" and refusal is not None:
+        raise FlamiaError(f"flamia.distributed.attention: exchange='divide' is not possible here: {refusal}; "
+                          f"use exchange='gather'")
+    if exchange is None:
+        exchange = "divide" if refusal is None else "gather"
     cut = plan.cut_docs
     if cut:
         import torch.distributed as dist
@@ -426,8 +616,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causa
             raise FlamiaError(f"flamia.distributed.attention: the group has {dist.get_world_size(group)} ranks and "
                               f"this is rank {dist.get_rank(group)}; the plan is for world_size {plan.world_size} "
                               f"and the call says rank {rank}")
-        lay = _gather_layout(plan, rank, cut)
-        return _GatheredAttention.apply(q, k, v, lay, causal, softmax_scale, recipe, group)
+        if exchange == "divide":
+            return _DividedAttention.apply(q, k, v, _divide_layout(plan, rank, cut), softmax_scale, recipe, group)
+        return _GatheredAttention.apply(q, k, v, _gather_layout(plan, rank, cut), causal, softmax_scale, recipe,
+                                        group)
     if rs.num_tokens == 0:
         # A rank without tokens: an empty output that still belongs to the graph, so that the
         # same backward call runs on every rank (its gradients are empty too).

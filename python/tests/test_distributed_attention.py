@@ -78,15 +78,16 @@ def test_cp_bench_runs_on_a_cpu_group(tmp_path):
 
 
 
-def _rank_main(rank, world, init_file, out_dir, lengths, recipe, causal):
+def _rank_main(rank, world, init_file, out_dir, lengths, recipe, causal, exchange="gather", seed=9):
     # One rank of a gloo group on the CPU specification: its output and gradients to a file.
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=9, device="cpu")
+    q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=seed, device="cpu")
     plan = plan_shards(cu, world)
     res = out_and_grads(*[shard(x, plan, rank) for x in (q, k, v, dout)],
-                        lambda q, k, v: attention(q, k, v, plan, rank, causal=causal, recipe=recipe))
+                        lambda q, k, v: attention(q, k, v, plan, rank, causal=causal, recipe=recipe,
+                                                  exchange=exchange))
     torch.save(res, f"{out_dir}/rank{rank}.pt")
     dist.destroy_process_group()
 
@@ -104,7 +105,7 @@ def test_cut_documents_are_gathered_and_stay_bitwise(tmp_path, world_size, lengt
     assert plan.cut_docs == plan.split_docs != ()  # the long document is held in chunks
     want = out_and_grads(q, k, v, dout,
                          lambda q, k, v: flamia.attention(q, k, v, cu, max(lengths), causal=causal, recipe=recipe))
-    mp.spawn(_rank_main, args=(world_size, str(tmp_path / "init"), str(tmp_path), lengths, recipe, causal),
+    mp.spawn(_rank_main, args=(world_size, str(tmp_path / "init"), str(tmp_path), lengths, recipe, causal, "gather"),
              nprocs=world_size, join=True)
     per_rank = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
     assert_shards_equal(per_rank, plan, want)
@@ -115,3 +116,70 @@ def test_cut_documents_need_a_process_group():
     plan = plan_shards(cu, 2)
     with pytest.raises(FlamiaError, match="initialized torch.distributed"):
         attention(shard(q, plan, 0), shard(k, plan, 0), shard(v, plan, 0), plan, 0)
+
+
+# The worst max |dK - dK_1| / max |dK_1| (and dV) over the cut documents that the divided
+# exchange may give; attention's docstring derives the per-element bound and states what
+# was measured.
+DIVIDE_BOUND = 2.0 ** -6
+
+
+@pytest.mark.parametrize("world_size,lengths", [(2, [600, 40, 30]), (3, [40, 1400, 70, 25])])
+@pytest.mark.parametrize("recipe", ["fp8", "fp8_mixed"])
+def test_divided_exchange_is_bitwise_for_o_and_dq(tmp_path, world_size, lengths, recipe):
+    # Each rank computes only its chunks' query rows (q_start), with k, v of the earlier
+    # positions gathered: O and dQ bitwise; dK/dV summed over the ranks in FP32, within the bound.
+    import torch.multiprocessing as mp
+    from flamia.distributed import unshard
+
+    q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=9, device="cpu")
+    plan = plan_shards(cu, world_size)  # align = 128: every chunk a multiple of the query tile
+    assert plan.cut_docs == plan.split_docs != ()
+    want = out_and_grads(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, max(lengths), recipe=recipe))
+    mp.spawn(_rank_main, args=(world_size, str(tmp_path / "init"), str(tmp_path), lengths, recipe, True, "divide"),
+             nprocs=world_size, join=True)
+    per_rank = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
+    got = [unshard([res[i] for res in per_rank], plan) for i in range(4)]
+    assert torch.equal(got[0], want[0]), "out"
+    assert torch.equal(got[1], want[1]), "dq"
+    cu_l = cu.tolist()
+    for i, name in ((2, "dk"), (3, "dv")):
+        for d in range(len(lengths)):
+            rows = slice(cu_l[d], cu_l[d + 1])
+            if d not in plan.cut_docs:
+                assert torch.equal(got[i][rows], want[i][rows]), f"{name} of whole document {d}"
+                continue
+            diff = float((got[i][rows].float() - want[i][rows].float()).abs().max())
+            scale = float(want[i][rows].float().abs().max())
+            assert diff <= DIVIDE_BOUND * scale, f"{name} of cut document {d}: {diff} > 2^-6 * {scale}"
+
+
+def test_divided_exchange_is_the_default_when_possible_and_refused_otherwise(tmp_path):
+    # The default (exchange=None) is the divided exchange here: O, dQ and dK/dV equal the
+    # explicit exchange="divide" run, bit for bit.
+    import torch.multiprocessing as mp
+
+    lengths = [600, 40, 30]
+    runs = {}
+    for exchange in (None, "divide"):
+        out_dir = tmp_path / str(exchange)
+        out_dir.mkdir()
+        mp.spawn(_rank_main, args=(2, str(out_dir / "init"), str(out_dir), lengths, "fp8", True, exchange, 4),
+                 nprocs=2, join=True)
+        runs[exchange] = [torch.load(out_dir / f"rank{r}.pt") for r in range(2)]
+    for a, b in zip(runs[None], runs["divide"]):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+    # Non-causal attention, or chunks that are not multiples of 128, cannot be divided (the
+    # reason is checked before any collective, so no process group is needed here).
+    q, k, v, _, cu = make_pack(lengths, 2, 2, 64, seed=1, device="cpu")
+    plan = plan_shards(cu, 2)
+    loc = [shard(x, plan, 0) for x in (q, k, v)]
+    with pytest.raises(FlamiaError, match="exchange='divide' is not possible here: it needs causal attention"):
+        attention(*loc, plan, 0, causal=False, exchange="divide")
+    odd = plan_shards(cu, 2, align=64)  # C = roundup(150, 64) = 192
+    loc = [shard(x, odd, 0) for x in (q, k, v)]
+    with pytest.raises(FlamiaError, match="chunks of 192 tokens, not a multiple of 128"):
+        attention(*loc, odd, 0, exchange="divide")
+    with pytest.raises(FlamiaError, match="exchange must be"):
+        attention(*loc, odd, 0, exchange="ring")
+
