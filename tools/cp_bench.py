@@ -3,10 +3,14 @@
 one GPU against the same pack sharded over the ranks of a torch.distributed group
 (flamia.distributed.plan_shards + flamia.distributed.attention). Prints per pack the one-GPU
 time, every rank's time, the group's step time (the slowest rank), the speedup, the plan's
-balance, the documents it cuts into chunks and the bytes each rank receives for them (their
-q, k, v and dO in BF16; whole documents move nothing), and writes them as JSON.
+balance, the documents it cuts into chunks and the bytes each rank receives for them (whole
+documents move nothing), and writes them as JSON. --exchange picks how cut documents are
+exchanged (flamia.distributed.attention): "divide" (k, v in BF16 all-gathered, the dK/dV
+partials reduce-scattered in FP32; each rank computes only its own query rows), "gather"
+(q, k, v and dO in BF16 all-gathered; each rank computes the whole document), or "auto"
+(the default: divide where possible).
 
-    torchrun --nproc-per-node 2 tools/cp_bench.py [--packs pack-128k,pack-512k,one-128k-doc] [--out DIR]
+    torchrun --nproc-per-node 2 tools/cp_bench.py [--packs pack-128k,pack-512k,one-128k-doc] [--exchange auto|divide|gather] [--out DIR]
     torchrun --nproc-per-node 2 tools/cp_bench.py --device cpu --lengths 40,70,30 --iters 1  # smoke test
 
 Inputs: random BF16 q, k, v, dO; each rank generates only its own shard (the timing does not
@@ -24,7 +28,7 @@ import torch.distributed as dist
 
 import flamia
 from cp_balance import pack_lengths  # tools/: the benchmark packs and the two context-parallel ones
-from flamia.distributed import attention, balance, plan_shards
+from flamia.distributed import attention, balance, default_exchange, plan_shards
 
 
 def timed_step(run, iters: int, warmup: int, device: torch.device) -> float:
@@ -70,6 +74,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--exchange", default="auto", choices=["auto", "divide", "gather"],
+                    help="how cut documents are exchanged (flamia.distributed.attention's exchange)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
 
@@ -90,13 +96,19 @@ def main() -> int:
         cu = torch.tensor(cu_list, dtype=torch.int32)
         plan = plan_shards(cu, world)
         cut = set(plan.cut_docs)
-        # Rows of cut documents each rank sends (all_gather pads to the largest): q, k, v in
-        # the forward and dO in the backward travel in BF16.
+        exchange = default_exchange(plan) if args.exchange == "auto" else args.exchange
+        # Rows of cut documents each rank sends (all_gather pads to the largest). gather: q, k,
+        # v in the forward and dO in the backward travel in BF16. divide: k, v in BF16 in the
+        # forward, and the FP32 dK/dV partials of the same rows in the backward's
+        # reduce-scatter (a ring reduce-scatter receives (P - 1) blocks).
         width = max(sum(s.length for s in rs.segments if s.doc in cut) for rs in plan.ranks)
-        bytes_in = (world - 1) * width * (2 * args.hq + 2 * args.hkv) * args.head_dim * 2
+        if exchange == "gather":
+            bytes_in = (world - 1) * width * (2 * args.hq + 2 * args.hkv) * args.head_dim * 2
+        else:
+            bytes_in = (world - 1) * width * 2 * args.hkv * args.head_dim * (2 + 4)
         rec = {"pack": name, "docs": len(lengths), "tokens": cu_list[-1], "world_size": world,
                "hq": args.hq, "hkv": args.hkv, "head_dim": args.head_dim, "recipe": args.recipe,
-               "cut_docs": len(cut), "bytes_received_per_rank": bytes_in}
+               "exchange": exchange, "cut_docs": len(cut), "bytes_received_per_rank": bytes_in}
         # One device, the whole pack (rank 0; the others wait).
         one = None
         if rank == 0:
@@ -111,7 +123,7 @@ def main() -> int:
         # Every rank its shard, at the same time.
         rs = plan.ranks[rank]
         run = step_fn(rs.num_tokens, args, device,
-                      lambda q, k, v: attention(q, k, v, plan, rank, recipe=args.recipe))
+                      lambda q, k, v: attention(q, k, v, plan, rank, recipe=args.recipe, exchange=exchange))
         dist.barrier()
         mine = timed_step(run, args.iters, args.warmup, device)
         del run
@@ -125,10 +137,10 @@ def main() -> int:
         results.append(rec)
 
     if rank == 0:
-        print(f"{'pack':14s} {'docs':>5s} {'tokens':>8s} {'P':>2s} {'cut':>4s} {'MB in':>7s} {'1 GPU ms':>9s} "
+        print(f"{'pack':14s} {'docs':>5s} {'tokens':>8s} {'P':>2s} {'cut':>4s} {'exchange':>8s} {'MB in':>7s} {'1 GPU ms':>9s} "
               f"{'group ms':>9s} {'speedup':>8s} {'work imb.':>9s}  per-rank ms")
         for r in results:
-            print(f"{r['pack']:14s} {r['docs']:5d} {r['tokens']:8d} {r['world_size']:2d} {r['cut_docs']:4d} "
+            print(f"{r['pack']:14s} {r['docs']:5d} {r['tokens']:8d} {r['world_size']:2d} {r['cut_docs']:4d} {r['exchange']:>8s} "
                   f"{r['bytes_received_per_rank'] / 1e6:7.1f} {r['one_device_ms']:9.3f} {r['group_ms']:9.3f} "
                   f"{r['speedup']:8.2f} {r['work_imbalance']:9.4f}  " + " ".join(f"{t:.3f}" for t in r["rank_ms"]))
         if args.out:

@@ -15,9 +15,17 @@ documents) in ascending position in the global pack.
     o_local = flamia.distributed.attention(q_local, k_local, v_local, plan, rank)
 
 runs a rank's attention: documents the plan keeps whole need no communication (every
-document of a long-tailed pack at P = 2: see the balance table in that document); a document
-cut into chunks is gathered whole onto the ranks holding it (correct and bitwise, but its
-work is not divided: the ring kernels that would divide it are not built yet).
+document of a long-tailed pack at P = 2: see the balance table in that document). A document
+cut into chunks needs an exchange over the process group, one of two:
+
+- "divide" (the default for causal attention with chunks of a multiple of 128 tokens, as
+  align=128 gives): k and v of the cut documents are all-gathered, and each chunk [cC, end)
+  runs as a local document [0, end) with q_start = cC, so a rank computes only its own query
+  rows and the ranks divide the document's work. O and dQ are bitwise single-pack flamia;
+  dK/dV are FP32 sums of per-rank partials (a reduce-scatter), within the bound in
+  attention's docstring.
+- "gather": q, k, v (and dO in the backward) of a cut document are gathered whole onto every
+  rank holding a chunk, which computes all of it: everything bitwise, the work not divided.
 
 This module needs torch; torch.distributed only for plans that cut documents. `import
 flamia` does not import it.
@@ -32,7 +40,7 @@ from torch import Tensor
 from ._lib import QUERY_TILE, FlamiaError
 
 __all__ = ["Segment", "RankShard", "ShardPlan", "Balance", "plan_shards", "shard", "unshard",
-           "balance", "attention"]
+           "balance", "attention", "default_exchange"]
 
 # A document is split when its causal work exceeds this fraction of a rank's mean work: whole
 # documents need no key/value exchange, and the fraction caps what one of them adds to a rank.
@@ -548,6 +556,14 @@ def _divide_refusal(plan: ShardPlan, cut: Sequence[int], causal: bool) -> Option
     return None
 
 
+def default_exchange(plan: ShardPlan, causal: bool = True) -> str:
+    """The exchange attention uses for this plan when none is given: "divide" when causal and
+    every cut document's chunk size is a multiple of 128 (plan_shards' default align=128),
+    else "gather"."""
+    _check_plan(plan)
+    return "divide" if _divide_refusal(plan, plan.cut_docs, causal) is None else "gather"
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causal: bool = True,
               softmax_scale: Optional[float] = None, recipe: str = "fp8", group=None,
               exchange: Optional[str] = None) -> Tensor:
@@ -575,10 +591,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causa
     partial (the BF16 dK/dV of its chunks' local documents, added in FP32) goes through a
     reduce-scatter (FP32, sum) onto the rank holding the key, then to BF16. They equal
     single-pack flamia's up to that re-association and the BF16 rounding of the partials:
-    per element |dK - dK_1| <= 2^-9 (sum_c |dK_c| + 2 |dK_1|) (dK_c: the partial of chunk c's
-    queries, dK_1: the single-pack value; FP32 adds contribute below that), which the tests
-    check as max |dK - dK_1| <= 2^-6 max |dK_1| over each cut document (measured on random
-    inputs at P = 2 and 3: at most 2^-8.6 of it). Needs causal attention and chunks of a
+    per element |dK - dK_1| <= 2^-8 (sum_c |dK_c| + 2 |dK_1|), dK_c the partial of chunk c's
+    queries, dK_1 the single-pack value, 2^-8 BF16's unit roundoff (the FP32 adds contribute
+    far less). The tests check max |dK - dK_1| <= 2^-6 max |dK_1| over each cut document;
+    measured on random inputs at P = 2, 3 and 4, both recipes: at most 2^-7.5 of it (one or
+    two BF16 ulps of the largest elements). Needs causal attention and chunks of a
     multiple of 128 tokens; "divide" otherwise raises FlamiaError saying why.
 
     exchange="gather" (the default otherwise): each cut document is gathered whole (q, k, v

@@ -79,6 +79,34 @@ def assert_shards_equal(per_rank: Sequence[Tuple], plan, want: Tuple) -> None:
         assert torch.equal(unshard([res[i] for res in per_rank], plan), want[i]), name
 
 
+# The divided exchange's dK/dV bound (flamia.distributed.attention's docstring): max |dK - dK_1|
+# <= DIVIDE_BOUND * max |dK_1| over each cut document (dK_1: the single-pack value).
+DIVIDE_BOUND = 2.0 ** -6
+
+
+def assert_divided_shards(per_rank: Sequence[Tuple], plan, want: Tuple) -> float:
+    """exchange="divide": out and dq unshard to want's bit for bit; dk and dv of whole
+    documents too, of cut documents within DIVIDE_BOUND. Returns the worst ratio
+    max |diff| / max |want| over the cut documents."""
+    import torch
+    from flamia.distributed import unshard
+
+    got = [unshard([res[i] for res in per_rank], plan) for i in range(4)]
+    assert torch.equal(got[0], want[0]), "out"
+    assert torch.equal(got[1], want[1]), "dq"
+    cu, worst = plan.cu_seqlens, 0.0
+    for i, name in ((2, "dk"), (3, "dv")):
+        for d in range(len(cu) - 1):
+            a, b = got[i][cu[d]:cu[d + 1]].float(), want[i][cu[d]:cu[d + 1]].float()
+            if d not in plan.cut_docs:
+                assert torch.equal(a, b), f"{name} of whole document {d}"
+                continue
+            diff, scale = float((a - b).abs().max()), float(b.abs().max())
+            assert diff <= DIVIDE_BOUND * scale, f"{name} of cut document {d}: {diff} > 2^-6 * {scale}"
+            worst = max(worst, diff / scale if scale else 0.0)
+    return worst
+
+
 def assert_same_or_within_spread(a, b, runs: List, name: str):
     """Bitwise equality when the reference runs are reproducible; otherwise (float atomics)
     |a - b| within 4x the run-to-run spread of the reference."""

@@ -1,8 +1,10 @@
 """flamia.distributed.attention on the CPU specification: every rank's output and gradients
 are the shards of single-pack flamia.attention, bit for bit — for plans that keep documents
-whole (world sizes 1-4, no collective) and for plans that cut a document into chunks (a gloo
-group of 2 or 3 processes gathering it); mis-sharded inputs are refused; tools/cp_bench.py
-runs end to end. Skips without torch."""
+whole (world sizes 1-4, no collective) and for plans that cut a document into chunks with
+exchange="gather" (a gloo group of 2 or 3 processes gathering it); with exchange="divide"
+(the default for causal attention) O and dQ bitwise, dK/dV within the stated bound;
+mis-sharded inputs and impossible exchanges are refused; tools/cp_bench.py runs end to end.
+Skips without torch."""
 
 import pytest
 
@@ -11,7 +13,7 @@ torch = pytest.importorskip("torch")
 import flamia  # noqa: E402
 from flamia import FlamiaError  # noqa: E402
 from flamia.distributed import attention, plan_shards, shard  # noqa: E402
-from flamia_testutil import assert_shards_equal, make_pack, out_and_grads  # noqa: E402
+from flamia_testutil import assert_divided_shards, assert_shards_equal, make_pack, out_and_grads  # noqa: E402
 
 # Twelve short documents: none has more than half a rank's mean causal work at P <= 3, so
 # the plan keeps every document whole (asserted below, the premise of the test).
@@ -118,19 +120,13 @@ def test_cut_documents_need_a_process_group():
         attention(shard(q, plan, 0), shard(k, plan, 0), shard(v, plan, 0), plan, 0)
 
 
-# The worst max |dK - dK_1| / max |dK_1| (and dV) over the cut documents that the divided
-# exchange may give; attention's docstring derives the per-element bound and states what
-# was measured.
-DIVIDE_BOUND = 2.0 ** -6
-
-
 @pytest.mark.parametrize("world_size,lengths", [(2, [600, 40, 30]), (3, [40, 1400, 70, 25])])
 @pytest.mark.parametrize("recipe", ["fp8", "fp8_mixed"])
 def test_divided_exchange_is_bitwise_for_o_and_dq(tmp_path, world_size, lengths, recipe):
     # Each rank computes only its chunks' query rows (q_start), with k, v of the earlier
-    # positions gathered: O and dQ bitwise; dK/dV summed over the ranks in FP32, within the bound.
+    # positions gathered: O and dQ bitwise; dK/dV summed over the ranks in FP32, within the
+    # bound (assert_divided_shards).
     import torch.multiprocessing as mp
-    from flamia.distributed import unshard
 
     q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=9, device="cpu")
     plan = plan_shards(cu, world_size)  # align = 128: every chunk a multiple of the query tile
@@ -138,20 +134,7 @@ def test_divided_exchange_is_bitwise_for_o_and_dq(tmp_path, world_size, lengths,
     want = out_and_grads(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, max(lengths), recipe=recipe))
     mp.spawn(_rank_main, args=(world_size, str(tmp_path / "init"), str(tmp_path), lengths, recipe, True, "divide"),
              nprocs=world_size, join=True)
-    per_rank = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
-    got = [unshard([res[i] for res in per_rank], plan) for i in range(4)]
-    assert torch.equal(got[0], want[0]), "out"
-    assert torch.equal(got[1], want[1]), "dq"
-    cu_l = cu.tolist()
-    for i, name in ((2, "dk"), (3, "dv")):
-        for d in range(len(lengths)):
-            rows = slice(cu_l[d], cu_l[d + 1])
-            if d not in plan.cut_docs:
-                assert torch.equal(got[i][rows], want[i][rows]), f"{name} of whole document {d}"
-                continue
-            diff = float((got[i][rows].float() - want[i][rows].float()).abs().max())
-            scale = float(want[i][rows].float().abs().max())
-            assert diff <= DIVIDE_BOUND * scale, f"{name} of cut document {d}: {diff} > 2^-6 * {scale}"
+    assert_divided_shards([torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)], plan, want)
 
 
 def test_divided_exchange_is_the_default_when_possible_and_refused_otherwise(tmp_path):
