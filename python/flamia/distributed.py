@@ -594,7 +594,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causa
     per element |dK - dK_1| <= 2^-8 (sum_c |dK_c| + 2 |dK_1|), dK_c the partial of chunk c's
     queries, dK_1 the single-pack value, 2^-8 BF16's unit roundoff (the FP32 adds contribute
     far less). The tests check max |dK - dK_1| <= 2^-6 max |dK_1| over each cut document;
-    measured on random inputs at P = 2, 3 and 4, both recipes: at most 2^-7.5 of it (one or
+    measured on random inputs at P = 2, 3 and 4, both recipes: at most 2^-7.1 = 0.0071 (one or
     two BF16 ulps of the largest elements). Needs causal attention and chunks of a
     multiple of 128 tokens; "divide" otherwise raises FlamiaError saying why.
 

@@ -58,7 +58,8 @@ def test_documents_shorter_than_a_chunk_run_whole_and_empty_ranks_too():
     assert_shards_equal(per_rank, plan, want)
 
 
-def test_cp_bench_runs_on_a_cpu_group(tmp_path):
+@pytest.mark.parametrize("lengths,exchange", [("40,70,30,55", "auto"), ("600,40,30", "divide")])
+def test_cp_bench_runs_on_a_cpu_group(tmp_path, lengths, exchange):
     # tools/cp_bench.py end to end over a two-process gloo group on the CPU specification
     # (the timings are meaningless there; the records are what is checked).
     import json
@@ -70,13 +71,20 @@ def test_cp_bench_runs_on_a_cpu_group(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(root, "python"), os.environ.get("PYTHONPATH", "")]))
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                           "--master-port", "29533", os.path.join(root, "tools", "cp_bench.py"), "--device", "cpu",
-                          "--lengths", "40,70,30,55", "--hq", "2", "--hkv", "2", "--head-dim", "64",
+                          "--lengths", lengths, "--hq", "2", "--hkv", "2", "--head-dim", "64", "--exchange", exchange,
                           "--iters", "1", "--warmup", "0", "--out", str(tmp_path)],
                          env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     (rec,) = json.loads((tmp_path / "cp_bench.json").read_text())["results"]
-    assert rec["world_size"] == 2 and rec["tokens"] == 195 and len(rec["rank_ms"]) == 2
-    assert rec["cut_docs"] == 0 and rec["bytes_received_per_rank"] == 0 and rec["speedup"] > 0
+    assert rec["world_size"] == 2 and len(rec["rank_ms"]) == 2 and rec["speedup"] > 0
+    if exchange == "auto":
+        assert rec["tokens"] == 195 and rec["exchange"] == "divide"
+        assert rec["cut_docs"] == 0 and rec["bytes_received_per_rank"] == 0
+    else:
+        # The 600-token document is cut into chunks of 256: rank 0 holds [0, 256), rank 1
+        # [256, 600), so 344 rows wide: k, v in BF16 and the FP32 dK/dV partials (2 heads, D = 64).
+        assert rec["tokens"] == 670 and rec["exchange"] == "divide" and rec["cut_docs"] == 1
+        assert rec["bytes_received_per_rank"] == 344 * 2 * 2 * 64 * (2 + 4)
 
 
 
