@@ -125,3 +125,19 @@ def test_a_document_may_be_keys_only():
     want = out_and_grads(q, k, v, dout, lambda q, k, v: flamia.attention(q, k, v, cu, 256))
     for got, ref in zip((out, dq, dk, dv), want):
         assert torch.equal(got[256:], ref[256:])
+
+
+def test_q_start_through_torch_compile():
+    # The custom ops' schemas take q_start last (Tensor? q_start=None): fullgraph tracing
+    # (fake implementations, autograd) gives the eager bits. aot_eager: no code generation.
+    torch._dynamo.reset()
+    q, k, v, dout, cu = make_pack(LENGTHS, 2, 2, 64, seed=6, device="cpu")
+    qs = torch.tensor([128, 0], dtype=torch.int32)
+
+    def f(q, k, v):
+        return flamia.attention(q, k, v, cu, max(LENGTHS), q_start=qs)
+
+    eager = out_and_grads(q, k, v, dout, f)
+    compiled = out_and_grads(q, k, v, dout, torch.compile(f, backend="aot_eager", fullgraph=True))
+    for a, b in zip(compiled, eager):
+        assert torch.equal(a, b)
