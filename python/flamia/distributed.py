@@ -622,7 +622,6 @@ def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causa
                           f"use exchange='gather'")
     if exchange is None:
         exchange = "divide" if refusal is None else "gather"
-    cut = plan.cut_docs
     if cut:
         import torch.distributed as dist
 
