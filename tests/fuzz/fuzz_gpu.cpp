@@ -18,7 +18,8 @@
 //            a changed document (new values, or a NaN/Inf) leaves every other document's
 //            outputs bit-identical and shows up in its own; with causal, a changed suffix
 //            leaves the prefix's O, LSE and dQ bit-identical;
-//   hostile  an invalid cu_seqlens or max_seqlen, or a qkv8 / backward call whose cu_seqlens
+//   hostile  an invalid cu_seqlens, max_seqlen or q_start (valid first query rows elsewhere),
+//            or a qkv8 / backward call whose cu_seqlens
 //            differs from the quantized one: in checking mode the call fails with the
 //            message the host validation gives; otherwise every affected output is NaN,
 //            flamia_check_errors reports the fault once, and CUDA stays usable.
@@ -65,10 +66,12 @@ struct Rng {
 // ---- case description -------------------------------------------------------------------
 
 enum class Kind { Spec, Large, Hostile };
-enum class Hostility { FirstNotZero, Decreasing, LastNotT, MaxSeqlen, Extreme, Qkv8Mismatch, BackwardMismatch, BackwardInvalid };
+enum class Hostility {
+  FirstNotZero, Decreasing, LastNotT, MaxSeqlen, Extreme, Qkv8Mismatch, BackwardMismatch, BackwardInvalid, QStart
+};
 const char* hostility_name(Hostility h) {
   static const char* n[] = {"first!=0", "decreasing", "last!=T", "max_seqlen", "extreme", "qkv8-mismatch",
-                            "bwd-mismatch", "bwd-invalid"};
+                            "bwd-mismatch", "bwd-invalid", "q_start"};
   return n[int(h)];
 }
 
@@ -213,7 +216,7 @@ Fuzz generate(uint64_t seed, bool small) {
   }
 
   // Hostile.
-  f.hostility = Hostility(r.below(8));
+  f.hostility = Hostility(r.below(9));
   f.checking = r.chance(0.25);
   f.bad_cu = c.cu;
   const int B = c.num_docs();
@@ -261,6 +264,21 @@ Fuzz generate(uint64_t seed, bool small) {
       break;
     }
     case Hostility::BackwardInvalid: h[size_t(B)] = INT_MAX; break;
+    case Hostility::QStart: {
+      // Valid first queries (multiples of 128 inside each document), then one or two broken.
+      c.q_start.assign(size_t(B), 0);
+      for (int b = 0; b < B; ++b) c.q_start[size_t(b)] = 128 * int32_t(r.below(c.doc_len(b) / 128 + 1));
+      const int n = 1 + int(r.below(2));
+      for (int k = 0; k < n; ++k) {
+        const size_t b = size_t(r.below(B));
+        const int32_t L = c.doc_len(int(b));
+        const int32_t vals[] = {INT_MIN, INT_MAX, -128, -1, L + 1, (L / 128 + 1) * 128, 1 + int32_t(r.below(127)) + 128 * int32_t(r.below(L / 128 + 1))};
+        c.q_start[b] = vals[r.below(7)];
+      }
+      if (flamia::api::validate_q_start_values(c.q_start.data(), c.cu.data(), B).ok())
+        c.q_start[0] = c.doc_len(0) + 1;  // every draw happened to be valid: break one for sure
+      break;
+    }
   }
   return f;
 }
@@ -469,6 +487,9 @@ std::string expected_fault(const Fuzz& f) {
   guard::DeviceError e{};
   if (f.hostility == Hostility::Qkv8Mismatch || f.hostility == Hostility::BackwardMismatch) {
     e.fault = guard::kQkv8Mismatch;
+  } else if (f.hostility == Hostility::QStart) {
+    const flamia::api::Status st = flamia::api::validate_q_start_values(f.c.q_start.data(), f.c.cu.data(), f.c.num_docs());
+    return st.ok() ? std::string() : st.message;
   } else {
     e = flamia::api::find_cu_fault(f.bad_cu.data(), f.c.num_docs(), f.c.tokens(), f.max_seqlen, 0);
   }
@@ -607,7 +628,9 @@ int main(int argc, char** argv) {
         const auto e = flamia::api::find_cu_fault(f.bad_cu.data(), B, f.c.tokens(), f.max_seqlen, 0);
         const bool mismatch = f.hostility == Hostility::Qkv8Mismatch || f.hostility == Hostility::BackwardMismatch;
         if (mismatch && (e.fault != guard::kNone || f.bad_cu == f.c.cu)) problem = "mismatch case is not a valid other split";
-        if (!mismatch && e.fault == guard::kNone) problem = "hostile case passes validation";
+        const bool q_start_ok = f.c.q_start.empty() ||
+                                flamia::api::validate_q_start_values(f.c.q_start.data(), f.c.cu.data(), B).ok();
+        if (!mismatch && e.fault == guard::kNone && q_start_ok) problem = "hostile case passes validation";
       }
       if (!problem.empty()) ++bad;
       if (verbose || !problem.empty()) std::printf("%s%s%s\n", f.describe().c_str(), problem.empty() ? "" : ": ", problem.c_str());
