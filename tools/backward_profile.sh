@@ -9,7 +9,11 @@
 # instead samples where each kernel's warps wait per SASS instruction (the source page:
 # executed count and stall samples by reason), kept as sass_KERNEL.csv and summarized by
 # tools/stall_summary.py (the most-stalled instructions, the samples per opcode).
+# WORKLOAD (default fixed-16k) and RECIPE (default fp8) pick what flamia_bench runs; the
+# per-score count is printed for fixed-16k only.
 set -uo pipefail
+WORKLOAD=${WORKLOAD:-fixed-16k}
+RECIPE=${RECIPE:-fp8}
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD_DIR:-build-gpu}
@@ -22,10 +26,10 @@ command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G 
 command -v ncu >/dev/null 2>&1 || { echo "backward_profile: ncu not found"; exit 2; }
 for k in ${KERNELS:-dkdv_kernel dq_kernel forward_fast_kernel}; do
   if [ "${STALLS:-0}" = 1 ]; then
-    echo "==== ncu source counters: $k, fixed-16k fp8"
+    echo "==== ncu source counters: $k, $WORKLOAD $RECIPE"
     timeout 240 ncu --clock-control none -k "regex:$k" -c 1 --section WarpStateStats --section SourceCounters \
       --section InstructionStats -f -o "$OUT/src_$k" \
-      "$BUILD/flamia_bench" --workloads fixed-16k --recipes fp8 --iters 1 --warmup 0 >"$OUT/ncu_src_$k.log" 2>&1 ||
+      "$BUILD/flamia_bench" --workloads "$WORKLOAD" --recipes "$RECIPE" --iters 1 --warmup 0 >"$OUT/ncu_src_$k.log" 2>&1 ||
       { tail -5 "$OUT/ncu_src_$k.log"; continue; }
     ncu -i "$OUT/src_$k.ncu-rep" --page source --csv --print-source sass >"$OUT/sass_$k.csv" 2>"$OUT/sass_$k.err" ||
       { head -5 "$OUT/sass_$k.err"; continue; }
@@ -33,13 +37,13 @@ for k in ${KERNELS:-dkdv_kernel dq_kernel forward_fast_kernel}; do
     head -70 "$OUT/stalls_$k.txt"
     continue
   fi
-  echo "==== ncu: $k, fixed-16k fp8"
+  echo "==== ncu: $k, $WORKLOAD $RECIPE"
   timeout 240 ncu --clock-control none -k "regex:$k" -c 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section InstructionStats --print-details all \
-    "$BUILD/flamia_bench" --workloads fixed-16k --recipes fp8 --iters 1 --warmup 0 >"$OUT/ncu_$k.txt" 2>&1
+    "$BUILD/flamia_bench" --workloads "$WORKLOAD" --recipes "$RECIPE" --iters 1 --warmup 0 >"$OUT/ncu_$k.txt" 2>&1
   grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Compute \(SM\) Throughput|Memory Throughput|Stall [A-Z]|Warp Cycles Per Issued" \
     "$OUT/ncu_$k.txt" | head -45
   # ncu counts warp instructions; x32 threads / 4.33e9 scores.
-  awk '/ Executed Instructions  /{gsub(",","",$NF); printf "thread instructions per score: %.1f\n", $NF*32/4.3285e9; exit}'     "$OUT/ncu_$k.txt"
+  [ "$WORKLOAD" = fixed-16k ] && awk '/ Executed Instructions  /{gsub(",","",$NF); printf "thread instructions per score: %.1f\n", $NF*32/4.3285e9; exit}'     "$OUT/ncu_$k.txt"
 done
