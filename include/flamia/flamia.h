@@ -120,7 +120,8 @@ typedef struct flamia_attention_args {
 size_t flamia_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv, int32_t head_dim,
                          flamia_recipe recipe, int32_t for_backward);
 
-/* Bytes of scratch the backward needs (quantized dO and its transpose, D = rowsum(dO*O)). */
+/* Bytes of scratch the backward needs (quantized dO and its transpose, D = rowsum(dO*O); with
+ * recipe fp8 also the transposed FP8 q and k, which qkv8 does not keep). */
 size_t flamia_backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv,
                                        int32_t head_dim, flamia_recipe recipe);
 

@@ -18,7 +18,9 @@
 // contiguous 256-byte read). A non-finite row has a NaN scale and zero codes (quantize.cu).
 //
 // Regions read by the forward come first and do not depend on for_backward or the recipe,
-// so a buffer filled for the backward also serves the forward.
+// so a buffer filled for the backward also serves the forward. Recipe fp8's transposed FP8
+// q and k are not in qkv8: the backward transposes q8 and k8 into its workspace, so qkv8 —
+// what a caller keeps from the forward to the backward — is 0.6-0.7x the BF16 q, k, v.
 #pragma once
 
 #include <cstddef>
@@ -105,7 +107,8 @@ struct Qkv8Layout {
   size_t fingerprint = 0;                   // uint64: what the contents were quantized for
   // Backward-only regions (0 when absent).
   size_t v8 = 0;                            // [T,Hkv,D]
-  size_t qt = 0, kt = 0;                    // [Hq][D][Tpad], [Hkv][D][Tpad]: FP8 (fp8), BF16 (fp8_mixed)
+  size_t qt = 0, kt = 0;                    // fp8_mixed: BF16 [Hq][D][Tpad], [Hkv][D][Tpad]
+                                            // (fp8's FP8 Qᵀ, Kᵀ live in the backward workspace)
   size_t bytes = 0;
 
   static Qkv8Layout make(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
@@ -128,26 +131,33 @@ struct Qkv8Layout {
     l.fingerprint = b.add(sizeof(uint64_t));
     if (for_backward) {
       l.v8 = b.add(T * hkv * D);
-      const size_t bytes = recipe == FLAMIA_RECIPE_FP8 ? 1 : 2;
-      l.qt = b.add(bytes * hq * D * size_t(l.tpad));
-      l.kt = b.add(bytes * hkv * D * size_t(l.tpad));
+      // fp8_mixed's BF16 copies come from the BF16 inputs, which the backward no longer has;
+      // fp8's FP8 copies are transposes of q8 and k8, made by the backward (BwdWorkspaceLayout).
+      if (recipe == FLAMIA_RECIPE_FP8_MIXED) {
+        l.qt = b.add(2 * hq * D * size_t(l.tpad));
+        l.kt = b.add(2 * hkv * D * size_t(l.tpad));
+      }
     }
     l.bytes = b.size();
     return l;
   }
 };
 
-// Backward workspace: quantized dO in both layouts, its scales, and D = rowsum(dO * O).
+// Backward workspace: quantized dO in both layouts, its scales, and D = rowsum(dO * O); with
+// recipe fp8 also Qᵀ and Kᵀ in FP8, transposed from qkv8's q8 and k8 at the backward's start,
+// so that qkv8 (what a caller keeps from the forward to the backward) holds no copy of them.
 struct BwdWorkspaceLayout {
   int64_t tpad = 0;
   size_t do8 = 0;   // [T,Hq,D]
   size_t dot8 = 0;  // [Hq][D][Tpad]
   size_t sdo = 0;   // fp32 [Hq][T]
   size_t dvec = 0;  // fp32 [Hq][T]
+  size_t qt = 0, kt = 0;  // fp8: FP8 [Hq][D][Tpad], [Hkv][D][Tpad] (0 with fp8_mixed)
   size_t status = 0;  // guard::DeviceError of the last backward (guard.h)
   size_t bytes = 0;
 
-  static BwdWorkspaceLayout make(int64_t total_tokens, int64_t num_docs, int hq, int head_dim) {
+  static BwdWorkspaceLayout make(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
+                                 flamia_recipe recipe) {
     BwdWorkspaceLayout l;
     const size_t T = size_t(total_tokens), D = size_t(head_dim);
     l.tpad = padded_tokens(total_tokens, num_docs);
@@ -156,6 +166,10 @@ struct BwdWorkspaceLayout {
     l.dot8 = b.add(size_t(hq) * D * size_t(l.tpad));
     l.sdo = b.add(T * hq * sizeof(float));
     l.dvec = b.add(T * hq * sizeof(float));
+    if (recipe == FLAMIA_RECIPE_FP8) {
+      l.qt = b.add(size_t(hq) * D * size_t(l.tpad));
+      l.kt = b.add(size_t(hkv) * D * size_t(l.tpad));
+    }
     l.status = b.add(sizeof(guard::DeviceError));
     l.bytes = b.size();
     return l;

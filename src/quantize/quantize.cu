@@ -80,6 +80,23 @@ __device__ __forceinline__ int doc_of_padded_position(const int32_t* cu, int num
   return lo;
 }
 
+// The tokens of the 16-position group at padded position pos0: returns how many (0 for
+// padding or past Tpad) and sets *tok0 to the first. Called by the whole warp. Clamped to the
+// document and to [0, T): a kernel may run before (or beside) the one that validates
+// cu_seqlens, so it may see any values (the call's outputs are then NaN, guard.cuh).
+__device__ __forceinline__ int group_rows(const int32_t* cu, int num_docs, int64_t total_tokens, int64_t tpad,
+                                          int64_t pos0, int lane, int64_t* tok0) {
+  *tok0 = 0;
+  if (pos0 >= tpad) return 0;
+  const int b = doc_of_padded_position(cu, num_docs, pos0, lane);
+  const int64_t doc_first = __ldg(cu + b);
+  const int64_t first = doc_first + (pos0 - padded_doc_start(doc_first, b));
+  const int64_t last = min(int64_t(__ldg(cu + b + 1)), total_tokens);
+  *tok0 = min(max(first, int64_t(0)), total_tokens);
+  const int64_t left = first < 0 ? 0 : last - *tok0;
+  return left <= 0 ? 0 : (left >= kTokenGroup ? kTokenGroup : int(left));
+}
+
 // Max of |x| over the 8 bf16 of a 16-byte chunk, as bits (NaN compares above Inf, so a
 // non-finite row gets a NaN scale instead of being saturated).
 __device__ __forceinline__ uint32_t abs_max_bits_bf16x8(uint4 v) {
@@ -141,6 +158,38 @@ struct StageTile {
   }
 };
 
+// The block's 8 staged groups (tile) -> the transposed copy [H][D][Tpad] of head `head`,
+// positions block_pos .. block_pos + 127, in fragment order (layout.cuh). Item (group g,
+// column quad j) -> the 16-byte fragment-order groups of rows 4j..4j+3; g runs fastest over
+// the lanes, so each store covers 128 contiguous bytes of 4 rows.
+template <int D>
+__device__ __forceinline__ void write_fp8_transposed(StageTile<D>& tile, uint8_t* trans, int head,
+                                                     int64_t block_pos, int64_t tpad) {
+  constexpr int kItems = kWarps * (D / 4);
+  for (int item = threadIdx.x; item < kItems; item += kThreads) {
+    const int g = item % kWarps, j = item / kWarps;
+    const int64_t pos = block_pos + g * kTokenGroup;
+    if (pos >= tpad) continue;
+    uint32_t w[kTokenGroup];
+#pragma unroll
+    for (int r = 0; r < kTokenGroup; ++r) w[r] = *tile.at(g, r, j);
+    uint32_t col[4][4];  // [column k][word qd]
+#pragma unroll
+    for (int qd = 0; qd < 4; ++qd) {
+      uint32_t out[4];
+      // Word qd of a group holds tokens 2qd, 2qd+1, 8+2qd, 9+2qd (fragment_order_token).
+      transpose_4x4_bytes(w[2 * qd], w[2 * qd + 1], w[8 + 2 * qd], w[9 + 2 * qd], out);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) col[k][qd] = out[k];
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint8_t* dst = trans + (int64_t(head) * D + 4 * j + k) * tpad + pos;
+      *reinterpret_cast<uint4*>(dst) = make_uint4(col[k][0], col[k][1], col[k][2], col[k][3]);
+    }
+  }
+}
+
 // Shared tile of a block's BF16 rows (kTrans16): [group g][token r][word j] (D / 2 words a
 // row, two values each), word j stored at j ^ (4g mod D/2): the transposed copy's reads (8
 // groups x 4 words per warp) hit 32 distinct banks, and a lane's 16-byte row chunk (4 words
@@ -199,21 +248,9 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   const QuantTensor& t = which == 0 ? batch.t[0] : which == 1 ? batch.t[1] : batch.t[2];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t pos0 = block_pos + warp * kTokenGroup;
-  int rows = 0;  // 0: padding, or past Tpad
   int64_t tok0 = 0;
-  if (pos0 < batch.tpad) {
-    const int b = doc_of_padded_position(batch.cu, batch.num_docs, pos0, lane);
-    const int64_t doc_first = __ldg(batch.cu + b);
-    const int64_t local = pos0 - padded_doc_start(doc_first, b);
-    // Clamped to the document and to [0, T): block 0 validates cu_seqlens concurrently, so
-    // this block may see any values (the call's outputs are then NaN, guard.cuh).
-    const int64_t first = doc_first + local;
-    const int64_t last = min(int64_t(__ldg(batch.cu + b + 1)), batch.total_tokens);
-    tok0 = min(max(first, int64_t(0)), batch.total_tokens);
-    const int64_t left = first < 0 ? 0 : last - tok0;
-    rows = left <= 0 ? 0 : (left >= kTokenGroup ? kTokenGroup : int(left));
-  }
+  const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
+                              block_pos + warp * kTokenGroup, lane, &tok0);
 
   const int chunk = lane % kLanesPerRow;
   uint4 x[kPasses], o[kPasses];
@@ -301,31 +338,55 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
 
   if (t.trans == nullptr) return;  // uniform over the block
   __syncthreads();
-  // Item (group g, column quad j) -> the 16-byte fragment-order groups of rows 4j..4j+3.
-  // g runs fastest over the lanes, so each store covers 128 contiguous bytes of 4 rows.
-  constexpr int kItems = kWarps * (D / 4);
-  for (int item = threadIdx.x; item < kItems; item += kThreads) {
-    const int g = item % kWarps, j = item / kWarps;
-    const int64_t pos = block_pos + g * kTokenGroup;
-    if (pos >= batch.tpad) continue;
-    uint32_t w[kTokenGroup];
+  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad);
+}
+
+// Recipe fp8's backward: Qᵀ and Kᵀ, transposed from qkv8's natural q8 and k8 into the
+// workspace — the bytes the quantizer would write (the same codes through the same staging
+// and writer; zero past each document and in the padding), without keeping them in qkv8
+// from the forward to the backward. One warp a 16-position group, 8 groups a block, as the
+// quantizer; blocks head-fastest.
+struct CodesTensor {
+  const uint8_t* nat = nullptr;  // [T, H, D] FP8
+  uint8_t* trans = nullptr;      // [H][D][Tpad] FP8
+  int heads = 0;
+};
+struct TransposeBatch {
+  CodesTensor t[2];
+  const int32_t* cu = nullptr;
+  int num_docs = 0;
+  int heads = 0;  // t[0].heads + t[1].heads
+  int64_t total_tokens = 0, tpad = 0;
+};
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) transpose_codes_kernel(const __grid_constant__ TransposeBatch batch) {
+  constexpr int kLanesPerRow = D / 8;  // 8 code bytes a lane
+  constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  constexpr int kPasses = kTokenGroup / kRowsPerPass;
+  __shared__ __align__(16) StageTile<D> tile;
+  const int block = int(blockIdx.x);
+  int head = block % batch.heads;
+  const int64_t block_pos = int64_t(block / batch.heads) * kBlockPositions;
+  const bool is_k = head >= batch.t[0].heads;
+  const CodesTensor& t = is_k ? batch.t[1] : batch.t[0];
+  if (is_k) head -= batch.t[0].heads;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, chunk = lane % kLanesPerRow;
+  int64_t tok0 = 0;
+  const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
+                              block_pos + warp * kTokenGroup, lane, &tok0);
+  uint2 x[kPasses];
 #pragma unroll
-    for (int r = 0; r < kTokenGroup; ++r) w[r] = *tile.at(g, r, j);
-    uint32_t col[4][4];  // [column k][word qd]
-#pragma unroll
-    for (int qd = 0; qd < 4; ++qd) {
-      uint32_t out[4];
-      // Word qd of a group holds tokens 2qd, 2qd+1, 8+2qd, 9+2qd (fragment_order_token).
-      transpose_4x4_bytes(w[2 * qd], w[2 * qd + 1], w[8 + 2 * qd], w[9 + 2 * qd], out);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) col[k][qd] = out[k];
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      uint8_t* dst = t.trans + (int64_t(head) * D + 4 * j + k) * batch.tpad + pos;
-      *reinterpret_cast<uint4*>(dst) = make_uint4(col[k][0], col[k][1], col[k][2], col[k][3]);
-    }
+  for (int it = 0; it < kPasses; ++it) {
+    const int r = it * kRowsPerPass + lane / kLanesPerRow;
+    x[it] = r < rows ? __ldcs(reinterpret_cast<const uint2*>(t.nat + ((tok0 + r) * t.heads + head) * D + 8 * chunk))
+                     : make_uint2(0u, 0u);
   }
+#pragma unroll
+  for (int it = 0; it < kPasses; ++it)
+    *reinterpret_cast<uint2*>(tile.at(warp, it * kRowsPerPass + lane / kLanesPerRow, 2 * chunk)) = x[it];
+  __syncthreads();
+  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad);
 }
 
 template <bool kDot, bool kTrans16 = false>
@@ -431,6 +492,25 @@ cudaError_t quantize_dout(const sm90::Params& p, const void* dout, int64_t strid
   return launch_quantize<true>(batch, p.head_dim, p.stream);
 }
 
+cudaError_t transpose_qk_codes(const sm90::Params& p, const uint8_t* qkv8, const Qkv8Layout& qkv8_layout,
+                               uint8_t* workspace, const BwdWorkspaceLayout& layout) {
+  if (p.total_tokens == 0) return cudaSuccess;
+  TransposeBatch b;
+  b.t[0] = CodesTensor{qkv8 + qkv8_layout.q8, workspace + layout.qt, p.hq};
+  b.t[1] = CodesTensor{qkv8 + qkv8_layout.k8, workspace + layout.kt, p.hkv};
+  b.cu = p.cu_seqlens;
+  b.num_docs = p.num_docs;
+  b.heads = p.hq + p.hkv;
+  b.total_tokens = p.total_tokens;
+  b.tpad = layout.tpad;
+  const int64_t blocks = (b.tpad + kBlockPositions - 1) / kBlockPositions * b.heads;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  if (p.head_dim == 64) transpose_codes_kernel<64><<<unsigned(blocks), kThreads, 0, p.stream>>>(b);
+  else if (p.head_dim == 128) transpose_codes_kernel<128><<<unsigned(blocks), kThreads, 0, p.stream>>>(b);
+  else return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
 }  // namespace quant
 
 namespace sm90 {
@@ -461,7 +541,7 @@ cudaError_t poison_forward(const Params& p, const void* qkv8, void* out, float* 
 
 cudaError_t poison_backward(const Params& p, const void* workspace, void* dq, void* dk, void* dv) {
   if (p.total_tokens == 0) return cudaSuccess;
-  const auto layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.head_dim);
+  const auto layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe);
   quant::PoisonArgs a{};
   a.status = reinterpret_cast<const guard::DeviceError*>(static_cast<const uint8_t*>(workspace) + layout.status);
   a.r[0] = {static_cast<uint32_t*>(dq), p.total_tokens * p.hq * p.head_dim / 2, quant::kBf16NanPair};
@@ -496,8 +576,9 @@ cudaError_t quantize_qkv(const Params& p, void* qkv8, bool for_backward) {
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv,
                                               p.head_dim, p.recipe, for_backward);
   uint8_t* base = static_cast<uint8_t*>(qkv8);
-  // The backward's transposed q and k: FP8 codes (fp8) or the BF16 values (fp8_mixed).
-  const bool transposed_qk = for_backward && p.recipe == FLAMIA_RECIPE_FP8;
+  // fp8_mixed's backward takes q and k as BF16 transposed copies, which only the quantizer
+  // (it reads the BF16 inputs) can write; fp8's FP8 copies are made by the backward
+  // (transpose_qk_codes).
   const bool transposed_qk16 = for_backward && p.recipe == FLAMIA_RECIPE_FP8_MIXED;
 
   quant::QuantBatch batch;
@@ -508,13 +589,11 @@ cudaError_t quantize_qkv(const Params& p, void* qkv8, bool for_backward) {
   quant::QuantTensor& q = batch.t[0];
   q = quant::source(p.q, p.q_stride_t, p.q_stride_h, p.hq);
   q.nat = base + layout.q8;
-  q.trans = transposed_qk ? base + layout.qt : nullptr;
   q.trans16 = transposed_qk16 ? reinterpret_cast<uint16_t*>(base + layout.qt) : nullptr;
   q.scale = reinterpret_cast<float*>(base + layout.sq);
   quant::QuantTensor& k = batch.t[1];
   k = quant::source(p.k, p.k_stride_t, p.k_stride_h, p.hkv);
   k.nat = base + layout.k8;
-  k.trans = transposed_qk ? base + layout.kt : nullptr;
   k.trans16 = transposed_qk16 ? reinterpret_cast<uint16_t*>(base + layout.kt) : nullptr;
   k.scale = reinterpret_cast<float*>(base + layout.sk);
   quant::QuantTensor& v = batch.t[2];

@@ -20,6 +20,11 @@ cudaError_t quantize_dout(const sm90::Params& p, const void* dout, int64_t strid
                           const Qkv8Layout& qkv8_layout, uint8_t* workspace,
                           const BwdWorkspaceLayout& layout);
 
+// Recipe fp8: Qᵀ and Kᵀ (FP8, [H][D][Tpad], fragment order) into the workspace, transposed
+// from qkv8's q8 and k8 (layout.cuh). Clamps to cu_seqlens' extents whatever its values.
+cudaError_t transpose_qk_codes(const sm90::Params& p, const uint8_t* qkv8, const Qkv8Layout& qkv8_layout,
+                               uint8_t* workspace, const BwdWorkspaceLayout& layout);
+
 // True when rows of a bf16 [T, H, D] view start 16-byte aligned (the quantizer and the
 // fp8_mixed backward read them with 16-byte loads).
 inline bool rows_16b_aligned(const void* base, int64_t stride_t, int64_t stride_h) {

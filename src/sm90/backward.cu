@@ -807,7 +807,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
     return failed("dout and out rows 16-byte aligned", cudaErrorInvalidValue);
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
                                               p.recipe, true);
-  const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.head_dim);
+  const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const uint8_t* base = static_cast<const uint8_t*>(qkv8);
 
@@ -826,9 +826,13 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   if ((err = encode_col_map(&a.dot8_cols, ws + ws_layout.dot8, layout.tpad, p.hq, p.head_dim)) != cudaSuccess)
     return failed("tensor map dot8", err);
   const int qk_bytes = mixed ? 2 : 1;  // the transposed q, k: BF16 (fp8_mixed) or FP8
-  if ((err = encode_col_map(&a.qt_cols, base + layout.qt, layout.tpad, p.hq, p.head_dim, qk_bytes)) != cudaSuccess)
+  // Qᵀ, Kᵀ: fp8_mixed's BF16 copies in qkv8 (the quantizer's), fp8's FP8 ones in the
+  // workspace (transpose_qk_codes, below).
+  const uint8_t* qt = mixed ? base + layout.qt : ws + ws_layout.qt;
+  const uint8_t* kt = mixed ? base + layout.kt : ws + ws_layout.kt;
+  if ((err = encode_col_map(&a.qt_cols, qt, layout.tpad, p.hq, p.head_dim, qk_bytes)) != cudaSuccess)
     return failed("tensor map qt", err);
-  if ((err = encode_col_map(&a.kt_cols, base + layout.kt, layout.tpad, p.hkv, p.head_dim, qk_bytes)) != cudaSuccess)
+  if ((err = encode_col_map(&a.kt_cols, kt, layout.tpad, p.hkv, p.head_dim, qk_bytes)) != cudaSuccess)
     return failed("tensor map kt", err);
   a.sq = reinterpret_cast<const float*>(base + layout.sq);
   a.sk = reinterpret_cast<const float*>(base + layout.sk);
@@ -853,6 +857,8 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   if ((err = quant::quantize_dout(p, dout, dout_stride_t, dout_stride_h, out, base, layout, ws, ws_layout)) !=
       cudaSuccess)
     return failed("quantize_dout", err);
+  if (!mixed && (err = quant::transpose_qk_codes(p, base, layout, ws, ws_layout)) != cudaSuccess)
+    return failed("transpose_qk_codes", err);
   if (p.head_dim == 64)
     err = mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
   else

@@ -12,9 +12,7 @@ size_t qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int h
 
 size_t backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv,
                                 int head_dim, flamia_recipe recipe) {
-  (void)hkv;
-  (void)recipe;
-  return quant::BwdWorkspaceLayout::make(total_tokens, num_docs, hq, head_dim).bytes;
+  return quant::BwdWorkspaceLayout::make(total_tokens, num_docs, hq, hkv, head_dim, recipe).bytes;
 }
 
 bool device_supported() {

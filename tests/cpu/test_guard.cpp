@@ -197,3 +197,27 @@ TEST(Guard, CheckErrorsWithoutDeviceCalls) {
 }
 
 }  // namespace
+
+// Recipe fp8 keeps no transposed Qᵀ/Kᵀ in qkv8 (the backward transposes q8 and k8 into its
+// workspace); fp8_mixed keeps its BF16 copies there (only the quantizer can make them).
+TEST(Guard, TransposedQkLiveWhereTheirRecipeMakesThem) {
+  using flamia::quant::BwdWorkspaceLayout;
+  using flamia::quant::Qkv8Layout;
+  const int64_t T = 1000, B = 3;
+  const int hq = 8, hkv = 2, D = 128;
+  const auto q8 = Qkv8Layout::make(T, B, hq, hkv, D, FLAMIA_RECIPE_FP8, true);
+  const auto ws8 = BwdWorkspaceLayout::make(T, B, hq, hkv, D, FLAMIA_RECIPE_FP8);
+  const auto qm = Qkv8Layout::make(T, B, hq, hkv, D, FLAMIA_RECIPE_FP8_MIXED, true);
+  const auto wsm = BwdWorkspaceLayout::make(T, B, hq, hkv, D, FLAMIA_RECIPE_FP8_MIXED);
+  EXPECT_EQ(q8.qt, 0u);
+  EXPECT_EQ(q8.kt, 0u);
+  EXPECT_NE(qm.qt, 0u);
+  EXPECT_NE(qm.kt, 0u);
+  EXPECT_EQ(wsm.qt, 0u);
+  EXPECT_EQ(wsm.kt, 0u);
+  // Sizes: fp8's backward-only qkv8 region is v8 alone; its workspace holds the two copies.
+  auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
+  const auto q8f = Qkv8Layout::make(T, B, hq, hkv, D, FLAMIA_RECIPE_FP8, false);
+  EXPECT_EQ(q8.bytes - q8f.bytes, aligned(size_t(T) * hkv * D));
+  EXPECT_EQ(ws8.bytes - wsm.bytes, aligned(size_t(hq) * D * size_t(ws8.tpad)) + aligned(size_t(hkv) * D * size_t(ws8.tpad)));
+}
