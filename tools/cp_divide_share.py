@@ -15,45 +15,28 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flamia  # noqa: E402
 from cp_balance import pack_lengths  # noqa: E402
+from cp_bench import step_fn, timed_step  # noqa: E402
 from flamia.distributed import plan_shards  # noqa: E402
 
 
 def step_ms(lengths, q_start, args, device) -> float:
-    """Median ms of flamia.attention forward + backward over a pack of these documents."""
-    T = sum(lengths)
+    """Median ms of flamia.attention forward + backward over a pack of these documents (the
+    inputs and the timing of tools/cp_bench.py)."""
     cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), dtype=torch.int32, device=device)
     qs = None if q_start is None else torch.tensor(q_start, dtype=torch.int32, device=device)
-    g = torch.Generator(device=device)
-    g.manual_seed(T)
-
-    def rn(h):
-        return torch.randn((T, h, args.head_dim), generator=g, device=device).to(torch.bfloat16)
-
-    q, k, v, dout = rn(args.hq).requires_grad_(), rn(args.hkv).requires_grad_(), rn(args.hkv).requires_grad_(), rn(args.hq)
-
-    def run():
-        out = flamia.attention(q, k, v, cu, max(lengths), causal=True, recipe=args.recipe, q_start=qs)
-        torch.autograd.grad(out, (q, k, v), dout)
-
-    for _ in range(args.warmup):
-        run()
-    times = []
-    for _ in range(args.iters):
-        torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        run()
-        torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    del q, k, v, dout
+    run = step_fn(sum(lengths), args, device,
+                  lambda q, k, v: flamia.attention(q, k, v, cu, max(lengths), causal=True, recipe=args.recipe,
+                                                   q_start=qs))
+    ms = timed_step(run, args.iters, args.warmup, device)
+    del run  # its inputs
     torch.cuda.empty_cache()
-    return sorted(times)[len(times) // 2]
+    return ms
 
 
 def local_packs(plan, rank):
