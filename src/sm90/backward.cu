@@ -182,9 +182,9 @@ __device__ __forceinline__ void fold_token_product(float (&acc)[D / 8][4], float
 }
 // fp8_mixed's BF16 products (dS·Q, dS·K; scale 1) need no fresh accumulator: a k16 step keeps
 // 23 fraction bits (ALGORITHM.md §3, §6), so the product is chained onto the FP32 sum itself,
-// with neither a fold nor a wait of its own. acc and op.a are the MMA's until a later wait
-// covers it: the caller pins op.a after that wait (so that its registers are not reused
-// before), and acc before reading it.
+// with no fold. chained_product_done waits for it as fold_token_product would (ptxas
+// serializes every wgmma of a kernel where a chained product stays in flight across a loop
+// iteration: C7515), and keeps op.a's registers from reuse until then.
 template <int D>
 __device__ __forceinline__ void chain_token_product(float (&acc)[D / 8][4], TokenOperand<true>& op, uint32_t bt) {
   wgmma::pin(op.a);
@@ -192,6 +192,12 @@ __device__ __forceinline__ void chain_token_product(float (&acc)[D / 8][4], Toke
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) wgmma::mma_rs_bf16<true>(acc, op.a[ks], mma::desc<kBf16ColRowBytes>(bt, ks));
   wgmma::commit();
+}
+template <int D, int kPending>
+__device__ __forceinline__ void chained_product_done(float (&acc)[D / 8][4], TokenOperand<true>& op) {
+  wgmma::wait<kPending>();
+  wgmma::pin(acc);
+  wgmma::pin(op.a);
 }
 template <int D, bool kBf16, bool kLast>
 __device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4], TokenOperand<kBf16>& op,
@@ -419,7 +425,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     chain_token_product<D>(dk, ds, dk_b);
     issue_token_product<D, false>(fresh_v, pv, st + S::kDot);
     fold_token_product<D, false, true, 0>(dv, fresh_v, pv);
-    wgmma::pin(ds.a);
+    chained_product_done<D, 0>(dk, ds);
   } else if constexpr (D == 64) {
     // Both products in flight at once (two fresh accumulators fit at D = 64): dV's runs on
     // the tensor core while dK's is folded, instead of each waited for in turn.
@@ -548,7 +554,6 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     cur = next;
   }
 
-  if constexpr (kMixed) wgmma::pin(dk);  // chained: its last MMA was waited for in its step
   // Every key row of the document is written, also those no query sees (zeros).
   const int64_t out_off = dt.tok0 * kv_row + hk * D;
   store_rows_bf16<D>(a.dk + out_off, kv_row, dk, a.softmax_scale, kw0 + 16 * (warp_id() & 3), dt.len);
@@ -727,10 +732,6 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   constexpr bool kOverlap = D == 128;
   const int last = valid_q <= 0 ? -1 : a.causal ? min(mw, num_key_tiles - 1) : num_key_tiles - 1;
   TileAcc s, dp;  // S and dP of the tile in flight: rows = queries, columns = keys
-  // fp8_mixed chains each tile's dQ product onto dq (chain_token_product): its operand stays
-  // live until the next wait on the warpgroup's MMAs, so that nothing reuses its registers
-  // while the product may still read them.
-  TokenOperand<kMixed> op{};
   if (kOverlap && last >= 0) {
     mbar::wait(base + S::full(use.index), use.phase);
     issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), use.index);
@@ -744,22 +745,25 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
       wgmma::wait<0>();
       wgmma::pin(s);
       wgmma::pin(dp);
-      if constexpr (kMixed) wgmma::pin(op.a);  // the previous tile's product is done
-      op = mask_needed_for_query_rows(mask, mw, n, kTileTokens)
-               ? dq_operand_of_tile<D, kMixed, true>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp)
-               : dq_operand_of_tile<D, kMixed, false>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp);
+      TokenOperand<kMixed> op =
+          mask_needed_for_query_rows(mask, mw, n, kTileTokens)
+              ? dq_operand_of_tile<D, kMixed, true>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp)
+              : dq_operand_of_tile<D, kMixed, false>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp);
       const uint32_t kt = base + S::stage(use.index) + S::kKt;
       float fresh[D / 8][4];  // fp8 only
       if constexpr (kMixed) chain_token_product<D>(dq, op, kt);
       else issue_token_product<D, false>(fresh, op, kt);
+      // S and dP of n + 1 may be pending (two groups) when the product is done.
       if (kOverlap && n + 1 <= last) {
         StageCursor next = use;
         next.advance();
         mbar::wait(base + S::full(next.index), next.phase);
         issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), next.index);
-        if constexpr (!kMixed) fold_token_product<D, false, true, 2>(dq, fresh, op);  // S and dP of n + 1 may be pending
-      } else if constexpr (!kMixed) {
-        fold_token_product<D, false, true, 0>(dq, fresh, op);
+        if constexpr (kMixed) chained_product_done<D, 2>(dq, op);
+        else fold_token_product<D, false, true, 2>(dq, fresh, op);
+      } else {
+        if constexpr (kMixed) chained_product_done<D, 0>(dq, op);
+        else fold_token_product<D, false, true, 0>(dq, fresh, op);
       }
     }
     release_stage(base + S::empty(use.index));
@@ -767,12 +771,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   }
   // Every S/dP issued was waited for inside the loop, which ptxas cannot prove: without this
   // wait it injects one of its own (C7517) before the accumulator registers are reused.
-  // fp8_mixed: the last chained product is waited for here.
-  if constexpr (kOverlap || kMixed) wgmma::wait<0>();
-  if constexpr (kMixed) {
-    wgmma::pin(op.a);
-    wgmma::pin(dq);
-  }
+  if constexpr (kOverlap) wgmma::wait<0>();
 
   store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
 }
