@@ -560,20 +560,25 @@ BackwardPrecision backward_precision(const EmulationConfig& cfg) {
   return {fp8, fp8 && cfg.recipe == FLAMIA_RECIPE_FP8};
 }
 
-// One tile product reduced over tokens: tile[d] = sum_r x[r] * rows[r][d] for r in [0, n),
-// rows[r] = row(r) (D values). Fp32: FP32 adds in ascending r over the rows with r >= r0 (the
-// visible ones). Wgmma: the kernels' chain of k32 (E4M3) or k16 (BF16) steps over r from the
-// tile start (x[r] = 0 for r < r0); within a step the sum does not depend on the order of
-// its products, so the fragment order of the transposed operands does not matter.
+// One tile product reduced over tokens, added to acc: acc[d] += scale * sum_r x[r] * rows[r][d]
+// for r in [0, n), rows[r] = row(r) (D values). Fp32: the product by FP32 adds in ascending r
+// over the rows with r >= r0 (the visible ones), then fmaf(scale, product, acc). Wgmma: the
+// kernels' chain of k32 (E4M3) or k16 (BF16) steps over r from the tile start (x[r] = 0 for
+// r < r0); within a step the sum does not depend on the order of its products, so the
+// fragment order of the transposed operands does not matter. An FP8 product is formed in a
+// fresh accumulator and folded by fmaf (its k32 steps keep 13 fraction bits, too few for a
+// long sum); a BF16 product (scale 1) is chained onto acc itself, whose k16 steps keep 23
+// (ALGORITHM.md §3).
 template <class Row>
-void tile_product(const EmulationConfig& cfg, bool fp8, const float* x, int r0, int n, int D, Row row,
-                  std::vector<float>& col, float* tile) {
+void add_tile_product(const EmulationConfig& cfg, bool fp8, const float* x, float scale, int r0, int n, int D,
+                      Row row, std::vector<float>& col, float* tile, float* acc) {
   for (int d = 0; d < D; ++d) tile[d] = 0.0f;
   if (cfg.arith.bwd == Accumulation::Fp32) {
     for (int r = r0; r < n; ++r) {
       const float* o = row(r);
       for (int d = 0; d < D; ++d) tile[d] += x[r] * o[d];
     }
+    for (int d = 0; d < D; ++d) acc[d] = std::fma(scale, tile[d], acc[d]);
     return;
   }
   const tc::StepRule& rule = fp8 ? tc::kHopperE4M3 : tc::kHopperBF16;
@@ -585,12 +590,15 @@ void tile_product(const EmulationConfig& cfg, bool fp8, const float* x, int r0, 
     const float* o = row(r);
     for (int d = 0; d < D; ++d) col[size_t(d) * n + r] = o[d];
   }
-  for (int d = 0; d < D; ++d) tile[d] = tc::mma_dot(rule, x, col.data() + size_t(d) * n, n);
+  for (int d = 0; d < D; ++d) {
+    const float* b = col.data() + size_t(d) * n;
+    acc[d] = fp8 ? std::fma(scale, tc::mma_dot(rule, x, b, n), acc[d]) : tc::mma_dot_onto(rule, acc[d], x, b, n);
+  }
 }
 
 // dV and dK contributions of one query head to key rows of one document: for each key j,
-// query tiles [m0, m0 + BM) from the document start, each tile product in a fresh
-// accumulator, multiplied by its scale and added in FP32. Only the tiles that start in
+// query tiles [m0, m0 + BM) from the document start, each tile product added as
+// add_tile_product says. Only the tiles that start in
 // [q_lo, q_hi) (a context-parallel rank's query chunk; all of them by default).
 void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMatrices& pm,
                      const Operand& q8, const Operand& do8, int64_t base, int L, int h,
@@ -621,19 +629,17 @@ void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMat
         } else {
           scale = round_tile_operand(x.data() + r0, n - r0, false);
         }
-        tile_product(cfg, prec.pdo_fp8, x.data(), r0, n, D, [&](int r) { return do8.row(base + m0 + r, h); },
-                     col, tile.data());
-        for (int d = 0; d < D; ++d) dvj[d] = std::fma(scale, tile[d], dvj[d]);
+        add_tile_product(cfg, prec.pdo_fp8, x.data(), scale, r0, n, D,
+                         [&](int r) { return do8.row(base + m0 + r, h); }, col, tile.data(), dvj);
         // dK: dS with Q's scale folded in, times q8 (fp8); or bf16(dS) times bf16 q.
         for (int r = r0; r < n; ++r) {
           const float ds = pm.dS[size_t(m0 + r) * L + j];
           x[r] = prec.ds_fp8 ? ds * q8.s(base + m0 + r, h) : ds;
         }
         scale = round_tile_operand(x.data() + r0, n - r0, prec.ds_fp8);
-        tile_product(cfg, prec.ds_fp8, x.data(), r0, n, D,
-                     [&](int r) { return prec.ds_fp8 ? q8.row(base + m0 + r, h) : q8.bf16_row(base + m0 + r, h); },
-                     col, tile.data());
-        for (int d = 0; d < D; ++d) dkj[d] = std::fma(scale, tile[d], dkj[d]);
+        add_tile_product(cfg, prec.ds_fp8, x.data(), scale, r0, n, D,
+                         [&](int r) { return prec.ds_fp8 ? q8.row(base + m0 + r, h) : q8.bf16_row(base + m0 + r, h); },
+                         col, tile.data(), dkj);
       }
     }
   });
@@ -657,10 +663,9 @@ void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices
           x[r] = prec.ds_fp8 ? ds * k8.s(base + n0 + r, kvh) : ds;
         }
         const float scale = round_tile_operand(x.data(), w, prec.ds_fp8);
-        tile_product(cfg, prec.ds_fp8, x.data(), 0, w, D,
-                     [&](int r) { return prec.ds_fp8 ? k8.row(base + n0 + r, kvh) : k8.bf16_row(base + n0 + r, kvh); },
-                     col, tile.data());
-        for (int d = 0; d < D; ++d) acc[d] = std::fma(scale, tile[d], acc[d]);
+        add_tile_product(cfg, prec.ds_fp8, x.data(), scale, 0, w, D,
+                         [&](int r) { return prec.ds_fp8 ? k8.row(base + n0 + r, kvh) : k8.bf16_row(base + n0 + r, kvh); },
+                         col, tile.data(), acc.data());
       }
       uint16_t* out = dq + (size_t(base + i) * p.hq + h) * D;
       for (int d = 0; d < D; ++d) out[d] = fmt::f32_to_bf16_bits(p.softmax_scale * acc[d]);

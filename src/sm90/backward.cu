@@ -180,6 +180,25 @@ __device__ __forceinline__ void fold_token_product(float (&acc)[D / 8][4], float
                   : kLast ? fmaf(op.scale[e >> 1], fresh[n][e], acc[n][e])
                           : __fadd_rn(acc[n][e], __fmul_rn(op.scale[e >> 1], fresh[n][e]));
 }
+// fp8_mixed's BF16 products (dS·Q, dS·K; scale 1) need no fresh accumulator: a k16 step keeps
+// 23 fraction bits (ALGORITHM.md §3, §6), so the product is chained onto the FP32 sum itself,
+// with no fold. chained_product_done waits for it as fold_token_product would (ptxas
+// serializes every wgmma of a kernel where a chained product stays in flight across a loop
+// iteration: C7515), and keeps op.a's registers from reuse until then.
+template <int D>
+__device__ __forceinline__ void chain_token_product(float (&acc)[D / 8][4], TokenOperand<true>& op, uint32_t bt) {
+  wgmma::pin(op.a);
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) wgmma::mma_rs_bf16<true>(acc, op.a[ks], mma::desc<kBf16ColRowBytes>(bt, ks));
+  wgmma::commit();
+}
+template <int D, int kPending>
+__device__ __forceinline__ void chained_product_done(float (&acc)[D / 8][4], TokenOperand<true>& op) {
+  wgmma::wait<kPending>();
+  wgmma::pin(acc);
+  wgmma::pin(op.a);
+}
 template <int D, bool kBf16, bool kLast>
 __device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4], TokenOperand<kBf16>& op,
                                                          uint32_t bt) {
@@ -400,7 +419,14 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   // 8.07 ms, docs/PERFORMANCE.md v18).
   TokenOperand<kMixed> ds = token_operand<kMixed, D == 64>(dp);
   const uint32_t dk_b = st + S::kQt;
-  if constexpr (D == 64) {
+  if constexpr (kMixed) {
+    // dK's product chained onto dk, dV's in a fresh accumulator behind it; one wait for both.
+    float fresh_v[D / 8][4];
+    chain_token_product<D>(dk, ds, dk_b);
+    issue_token_product<D, false>(fresh_v, pv, st + S::kDot);
+    fold_token_product<D, false, true, 0>(dv, fresh_v, pv);
+    chained_product_done<D, 0>(dk, ds);
+  } else if constexpr (D == 64) {
     // Both products in flight at once (two fresh accumulators fit at D = 64): dV's runs on
     // the tensor core while dK's is folded, instead of each waited for in turn.
     float fresh_k[D / 8][4], fresh_v[D / 8][4];
@@ -723,16 +749,21 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
           mask_needed_for_query_rows(mask, mw, n, kTileTokens)
               ? dq_operand_of_tile<D, kMixed, true>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp)
               : dq_operand_of_tile<D, kMixed, false>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp);
-      float fresh[D / 8][4];
-      issue_token_product<D, kMixed>(fresh, op, base + S::stage(use.index) + S::kKt);
+      const uint32_t kt = base + S::stage(use.index) + S::kKt;
+      float fresh[D / 8][4];  // fp8 only
+      if constexpr (kMixed) chain_token_product<D>(dq, op, kt);
+      else issue_token_product<D, false>(fresh, op, kt);
+      // S and dP of n + 1 may be pending (two groups) when the product is done.
       if (kOverlap && n + 1 <= last) {
         StageCursor next = use;
         next.advance();
         mbar::wait(base + S::full(next.index), next.phase);
         issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), next.index);
-        fold_token_product<D, kMixed, true, 2>(dq, fresh, op);  // S and dP of n + 1 may be pending
+        if constexpr (kMixed) chained_product_done<D, 2>(dq, op);
+        else fold_token_product<D, false, true, 2>(dq, fresh, op);
       } else {
-        fold_token_product<D, kMixed, true, 0>(dq, fresh, op);
+        if constexpr (kMixed) chained_product_done<D, 0>(dq, op);
+        else fold_token_product<D, false, true, 0>(dq, fresh, op);
       }
     }
     release_stage(base + S::empty(use.index));
