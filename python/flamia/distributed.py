@@ -457,36 +457,48 @@ class _DivideLayout:
     add_groups: Tuple[_AddGroup, ...]
 
 
+def _cut_positions(plan: ShardPlan, cut_set) -> Tuple[dict, dict]:
+    """Per cut document, each position's rank and its index among that rank's cut rows (in
+    storage order, as _cut_rows numbers them), as int64 tensors."""
+    owner = {d: torch.empty(plan.doc_length(d), dtype=torch.int64) for d in cut_set}
+    index = {d: torch.empty(plan.doc_length(d), dtype=torch.int64) for d in cut_set}
+    for rs in plan.ranks:
+        at = 0
+        for seg in rs.segments:
+            if seg.doc in cut_set:
+                owner[seg.doc][seg.start:seg.end] = rs.rank
+                index[seg.doc][seg.start:seg.end] = torch.arange(at, at + seg.length)
+                at += seg.length
+    return owner, index
+
+
 def _divide_layout(plan: ShardPlan, rank: int, cut: Sequence[int]) -> _DivideLayout:
     cut_set = set(cut)
-    cut_rows, where, width = _cut_rows(plan, cut_set)
+    owner, index = _cut_positions(plan, cut_set)
+    width = max(sum(seg.length for seg in rs.segments if seg.doc in cut_set) for rs in plan.ranks)
     rs = plan.ranks[rank]
     offsets = rs.cu_seqlens.tolist()
     t_r = rs.num_tokens
-    q_idx, kv_idx, own_idx, local_cu, q_start = [], [], [], [0], []
+    arange = lambda a, b: torch.arange(a, b, dtype=torch.int64)  # noqa: E731
+    cut_rows, q_idx, kv_idx, own_idx, local_cu, q_start = [], [], [], [], [0], []
     chunk_base = {}  # segment index -> its local document's first row
     for i, seg in enumerate(rs.segments):
         base = local_cu[-1]
-        own = list(range(offsets[i], offsets[i] + seg.length))
+        own = arange(offsets[i], offsets[i] + seg.length)
         if seg.doc in cut_set:
-            gathered = [r * width + j for r, j in (where[(seg.doc, p)] for p in range(seg.end))]
-            q_idx += [t_r] * seg.start + own
-            kv_idx += [t_r + g for g in gathered]
-            own_idx += range(base + seg.start, base + seg.end)
+            cut_rows.append(own)
+            q_idx += [torch.full((seg.start,), t_r, dtype=torch.int64), own]
+            kv_idx.append(t_r + owner[seg.doc][:seg.end] * width + index[seg.doc][:seg.end])
+            own_idx.append(arange(base + seg.start, base + seg.end))
             chunk_base[i] = base
             local_cu.append(base + seg.end)
             q_start.append(seg.start)
         else:
-            q_idx += own
-            kv_idx += own
-            own_idx += range(base, base + seg.length)
+            q_idx.append(own)
+            kv_idx.append(own)
+            own_idx.append(arange(base, base + seg.length))
             local_cu.append(base + seg.length)
             q_start.append(0)
-    # Per cut document, each position's rank and index among that rank's cut rows.
-    owner, index = {}, {}
-    for d in cut_set:
-        pairs = torch.tensor([where[(d, p)] for p in range(plan.doc_length(d))], dtype=torch.int64).reshape(-1, 2)
-        owner[d], index[d] = pairs[:, 0], pairs[:, 1]
     send = [[] for _ in range(plan.world_size)]
     recv_counts = [0] * plan.world_size
     found = []  # in summation order: (rows of the local pack, dest) or (source rank, offset, count, dest)
@@ -512,12 +524,12 @@ def _divide_layout(plan: ShardPlan, rank: int, cut: Sequence[int]) -> _DivideLay
     send_counts = tuple(sum(int(x.numel()) for x in rows) for rows in send)
     flat = [x for rows in send for x in rows]
     lengths = [b - a for a, b in zip(local_cu, local_cu[1:])]
-    as_index = lambda x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
-    return _DivideLayout(cut_rows=as_index(cut_rows[rank]), width=width, q_idx=as_index(q_idx),
-                         kv_idx=as_index(kv_idx), own_idx=as_index(own_idx),
+    cat = lambda x: torch.cat(x) if x else torch.zeros(0, dtype=torch.int64)  # noqa: E731
+    return _DivideLayout(cut_rows=cat(cut_rows), width=width, q_idx=cat(q_idx), kv_idx=cat(kv_idx),
+                         own_idx=cat(own_idx),
                          cu_seqlens=torch.tensor(local_cu, dtype=torch.int32),
                          q_start=torch.tensor(q_start, dtype=torch.int32), max_seqlen=max(lengths, default=0),
-                         send_rows=torch.cat(flat) if flat else torch.zeros(0, dtype=torch.int64),
+                         send_rows=cat(flat),
                          send_counts=send_counts, recv_counts=tuple(recv_counts), add_groups=tuple(groups))
 
 
