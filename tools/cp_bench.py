@@ -5,8 +5,9 @@ one GPU against the same pack sharded over the ranks of a torch.distributed grou
 time, every rank's time, the group's step time (the slowest rank), the speedup, the plan's
 balance, the documents it cuts into chunks and the bytes each rank receives for them (whole
 documents move nothing), and writes them as JSON. --exchange picks how cut documents are
-exchanged (flamia.distributed.attention): "divide" (k, v in BF16 all-gathered, the dK/dV
-partials reduce-scattered in FP32; each rank computes only its own query rows), "gather"
+exchanged (flamia.distributed.attention): "divide" (k, v in BF16 all-gathered, the chunks'
+BF16 dK/dV partials sent to the ranks holding the keys; each rank computes only its own
+query rows), "gather"
 (q, k, v and dO in BF16 all-gathered; each rank computes the whole document), or "auto"
 (the default: divide where possible).
 
@@ -29,7 +30,7 @@ import torch.distributed as dist
 
 import flamia
 from cp_balance import pack_lengths  # tools/: the benchmark packs and the two context-parallel ones
-from flamia.distributed import attention, balance, default_exchange, plan_shards
+from flamia.distributed import _divide_layout, attention, balance, default_exchange, plan_shards
 
 
 def timed_step(run, iters: int, warmup: int, device: torch.device) -> float:
@@ -100,13 +101,15 @@ def main() -> int:
         exchange = default_exchange(plan) if args.exchange == "auto" else args.exchange
         # Rows of cut documents each rank sends (all_gather pads to the largest). gather: q, k,
         # v in the forward and dO in the backward travel in BF16. divide: k, v in BF16 in the
-        # forward, and the FP32 dK/dV partials of the same rows in the backward's
-        # reduce-scatter (a ring reduce-scatter receives (P - 1) blocks).
+        # forward; in the backward every chunk's BF16 dK/dV partial rows go to the ranks
+        # holding those keys (one all_to_all; the most any rank receives).
         width = max(sum(s.length for s in rs.segments if s.doc in cut) for rs in plan.ranks)
         if exchange == "gather":
             bytes_in = (world - 1) * width * (2 * args.hq + 2 * args.hkv) * args.head_dim * 2
         else:
-            bytes_in = (world - 1) * width * 2 * args.hkv * args.head_dim * (2 + 4)
+            partial_rows = max((sum(_divide_layout(plan, r, plan.cut_docs).recv_counts) for r in range(world)),
+                               default=0) if cut else 0
+            bytes_in = ((world - 1) * width + partial_rows) * 2 * args.hkv * args.head_dim * 2
         rec = {"pack": name, "docs": len(lengths), "tokens": cu_list[-1], "world_size": world,
                "hq": args.hq, "hkv": args.hkv, "head_dim": args.head_dim, "recipe": args.recipe,
                "exchange": exchange, "cut_docs": len(cut), "bytes_received_per_rank": bytes_in}

@@ -22,8 +22,8 @@ cut into chunks needs an exchange over the process group, one of two:
   align=128 gives): k and v of the cut documents are all-gathered, and each chunk [cC, end)
   runs as a local document [0, end) with q_start = cC, so a rank computes only its own query
   rows and the ranks divide the document's work. O and dQ are bitwise single-pack flamia;
-  dK/dV are FP32 sums of per-rank partials (a reduce-scatter), within the bound in
-  attention's docstring.
+  dK/dV are FP32 sums of the chunks' BF16 partials (sent in BF16 by one all_to_all to the
+  rank holding the keys), within the bound in attention's docstring.
 - "gather": q, k, v (and dO in the backward) of a cut document are gathered whole onto every
   rank holding a chunk, which computes all of it: everything bitwise, the work not divided.
 
@@ -413,6 +413,17 @@ class _GatheredAttention(torch.autograd.Function):
 
 
 @dataclass(frozen=True)
+class _AddGroup:
+    """One chunk's partial dK/dV rows that land on this rank: rows of the rank's own local pack
+    (own=True) or of the all_to_all's receive buffer, added at dest (indices among the rank's
+    cut rows). A chunk's positions are distinct, so one index_add per group is deterministic."""
+
+    own: bool
+    rows: Tensor
+    dest: Tensor
+
+
+@dataclass(frozen=True)
 class _DivideLayout:
     """How a rank assembles its local pack for the divided exchange: per segment in storage
     order, a whole document as it is (q_start 0), or for a chunk [start, end) of a cut
@@ -420,77 +431,130 @@ class _DivideLayout:
     earlier ones gathered from the ranks holding them), q zero before `start` and the
     rank's own rows after — with q_start = start.
 
-    cut_rows, width: as _GatherLayout's (the all_gather of k and v; the reduce-scatter of the
-    dK/dV partials uses the same rank-major layout of P * width rows); q_idx: for every local
+    cut_rows, width: as _GatherLayout's (the all_gather of k and v); q_idx: for every local
     row its row in cat([q, one zero row]); kv_idx: its row in cat([k, the gathered rows]);
-    own_idx: for every row the rank stores, its row in the local pack; partial_rows: per
-    chunk, (first local row, its length end, the rank-major rows of positions [0, end));
-    cu_seqlens, q_start, max_seqlen: the local pack's."""
+    own_idx: for every row the rank stores, its row in the local pack; cu_seqlens, q_start,
+    max_seqlen: the local pack's.
+
+    The backward's exchange of dK/dV partials (one all_to_all of BF16 rows): every chunk's
+    partial covers positions [0, end) of its document; send_rows are the local pack's rows of
+    those positions held by other ranks, grouped by destination rank (send_counts), each
+    group in chunk order then position order; recv_counts what each rank sends here, in the
+    same order; add_groups, in the order of the summation (source rank, then its chunks),
+    where each chunk's rows are added in FP32."""
 
     cut_rows: Tensor
     width: int
     q_idx: Tensor
     kv_idx: Tensor
     own_idx: Tensor
-    partial_rows: Tuple[Tuple[int, int, Tensor], ...]
     cu_seqlens: Tensor
     q_start: Tensor
     max_seqlen: int
+    send_rows: Tensor
+    send_counts: Tuple[int, ...]
+    recv_counts: Tuple[int, ...]
+    add_groups: Tuple[_AddGroup, ...]
+
+
+def _cut_positions(plan: ShardPlan, cut_set) -> Tuple[dict, dict]:
+    """Per cut document, each position's rank and its index among that rank's cut rows (in
+    storage order, as _cut_rows numbers them), as int64 tensors."""
+    owner = {d: torch.empty(plan.doc_length(d), dtype=torch.int64) for d in cut_set}
+    index = {d: torch.empty(plan.doc_length(d), dtype=torch.int64) for d in cut_set}
+    for rs in plan.ranks:
+        at = 0
+        for seg in rs.segments:
+            if seg.doc in cut_set:
+                owner[seg.doc][seg.start:seg.end] = rs.rank
+                index[seg.doc][seg.start:seg.end] = torch.arange(at, at + seg.length)
+                at += seg.length
+    return owner, index
 
 
 def _divide_layout(plan: ShardPlan, rank: int, cut: Sequence[int]) -> _DivideLayout:
     cut_set = set(cut)
-    cut_rows, where, width = _cut_rows(plan, cut_set)
+    owner, index = _cut_positions(plan, cut_set)
+    width = max(sum(seg.length for seg in rs.segments if seg.doc in cut_set) for rs in plan.ranks)
     rs = plan.ranks[rank]
     offsets = rs.cu_seqlens.tolist()
     t_r = rs.num_tokens
-    q_idx, kv_idx, own_idx, partial_rows, local_cu, q_start = [], [], [], [], [0], []
+    arange = lambda a, b: torch.arange(a, b, dtype=torch.int64)  # noqa: E731
+    cut_rows, q_idx, kv_idx, own_idx, local_cu, q_start = [], [], [], [], [0], []
+    chunk_base = {}  # segment index -> its local document's first row
     for i, seg in enumerate(rs.segments):
         base = local_cu[-1]
-        own = list(range(offsets[i], offsets[i] + seg.length))
+        own = arange(offsets[i], offsets[i] + seg.length)
         if seg.doc in cut_set:
-            gathered = [r * width + j for r, j in (where[(seg.doc, p)] for p in range(seg.end))]
-            q_idx += [t_r] * seg.start + own
-            kv_idx += [t_r + g for g in gathered]
-            own_idx += range(base + seg.start, base + seg.end)
-            partial_rows.append((base, seg.end, torch.tensor(gathered, dtype=torch.int64)))
+            cut_rows.append(own)
+            q_idx += [torch.full((seg.start,), t_r, dtype=torch.int64), own]
+            kv_idx.append(t_r + owner[seg.doc][:seg.end] * width + index[seg.doc][:seg.end])
+            own_idx.append(arange(base + seg.start, base + seg.end))
+            chunk_base[i] = base
             local_cu.append(base + seg.end)
             q_start.append(seg.start)
         else:
-            q_idx += own
-            kv_idx += own
-            own_idx += range(base, base + seg.length)
+            q_idx.append(own)
+            kv_idx.append(own)
+            own_idx.append(arange(base, base + seg.length))
             local_cu.append(base + seg.length)
             q_start.append(0)
+    send = [[] for _ in range(plan.world_size)]
+    recv_counts = [0] * plan.world_size
+    found = []  # in summation order: (rows of the local pack, dest) or (source rank, offset, count, dest)
+    for src in plan.ranks:
+        for i, seg in enumerate(src.segments):
+            if seg.doc not in cut_set:
+                continue
+            held_by = owner[seg.doc][:seg.end]
+            mine = (held_by == rank).nonzero().flatten()
+            if src.rank == rank:
+                base = chunk_base[i]
+                found.append((mine + base, index[seg.doc][mine]))
+                for dst in range(plan.world_size):
+                    if dst != rank:
+                        send[dst].append((held_by == dst).nonzero().flatten() + base)
+            elif mine.numel():
+                found.append((src.rank, recv_counts[src.rank], mine.numel(), index[seg.doc][mine]))
+                recv_counts[src.rank] += mine.numel()
+    # The receive buffer holds the sources' rows one source after another.
+    first = [sum(recv_counts[:s]) for s in range(plan.world_size)]
+    groups = [_AddGroup(own=True, rows=f[0], dest=f[1]) if len(f) == 2 else
+              _AddGroup(own=False, rows=torch.arange(f[2]) + first[f[0]] + f[1], dest=f[3]) for f in found]
+    send_counts = tuple(sum(int(x.numel()) for x in rows) for rows in send)
+    flat = [x for rows in send for x in rows]
     lengths = [b - a for a, b in zip(local_cu, local_cu[1:])]
-    as_index = lambda x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
-    return _DivideLayout(cut_rows=as_index(cut_rows[rank]), width=width, q_idx=as_index(q_idx),
-                         kv_idx=as_index(kv_idx), own_idx=as_index(own_idx), partial_rows=tuple(partial_rows),
+    cat = lambda x: torch.cat(x) if x else torch.zeros(0, dtype=torch.int64)  # noqa: E731
+    return _DivideLayout(cut_rows=cat(cut_rows), width=width, q_idx=cat(q_idx), kv_idx=cat(kv_idx),
+                         own_idx=cat(own_idx),
                          cu_seqlens=torch.tensor(local_cu, dtype=torch.int32),
-                         q_start=torch.tensor(q_start, dtype=torch.int32), max_seqlen=max(lengths, default=0))
+                         q_start=torch.tensor(q_start, dtype=torch.int32), max_seqlen=max(lengths, default=0),
+                         send_rows=cat(flat),
+                         send_counts=send_counts, recv_counts=tuple(recv_counts), add_groups=tuple(groups))
 
 
-def _reduce_scatter_rows(partials: Tensor, width: int, group) -> Tensor:
-    """The sum over the group of every rank's partials ([P * width, ...], rank-major), this
-    rank's block of it ([width, ...])."""
+def _exchange_partials(g: Tensor, lay: _DivideLayout, group) -> Tensor:
+    """The sum over the group of every chunk's partial of this rank's cut rows ([n_cut, ...],
+    FP32, in lay.cut_rows order): the partials travel as the BF16 rows they are (one
+    all_to_all), and each rank adds them in FP32 in one order (source rank, then chunk)."""
     import torch.distributed as dist
 
-    out = partials.new_empty((width,) + tuple(partials.shape[1:]))
-    try:
-        dist.reduce_scatter_tensor(out, partials, group=group)
-    except RuntimeError:
-        # A backend without reduce-scatter (gloo in older torch): the same sums, all of them.
-        dist.all_reduce(partials, group=group)
-        out = partials[dist.get_rank(group) * width:][:width]
-    return out
+    dev = g.device
+    recv = g.new_empty((sum(lay.recv_counts),) + tuple(g.shape[1:]))
+    dist.all_to_all_single(recv, g.index_select(0, lay.send_rows.to(dev)), list(lay.recv_counts),
+                           list(lay.send_counts), group=group)
+    acc = torch.zeros((lay.cut_rows.shape[0],) + tuple(g.shape[1:]), dtype=torch.float32, device=dev)
+    for grp in lay.add_groups:
+        acc.index_add_(0, grp.dest.to(dev), (g if grp.own else recv).index_select(0, grp.rows.to(dev)).float())
+    return acc
 
 
 class _DividedAttention(torch.autograd.Function):
     """Attention of a rank's rows with the work of cut documents divided (causal, chunks of
     multiples of 128): k and v of the cut documents are gathered, each chunk runs as a local
     document [0, end) with q_start at the chunk's start, and the rank keeps its own rows. The
-    backward runs with dO on its own rows only; the dK/dV of the gathered keys are FP32
-    partial sums, added over the group by a reduce-scatter onto the ranks holding those keys."""
+    backward runs with dO on its own rows only; each chunk's dK/dV of the gathered keys (a
+    BF16 partial) goes to the rank holding those keys, which adds the partials in FP32."""
 
     @staticmethod
     def forward(ctx, q, k, v, lay, softmax_scale, recipe, group):
@@ -508,7 +572,6 @@ class _DividedAttention(torch.autograd.Function):
             else:  # nothing on this rank: it still takes part in the collectives
                 out = leaves[0] * 0 + (leaves[1].sum() + leaves[2].sum()).to(q.dtype) * 0
         ctx.lay, ctx.group, ctx.leaves, ctx.out = lay, group, leaves, out
-        ctx.group_size = _group_size(group)
         return out.detach().index_select(0, lay.own_idx.to(dev))
 
     @staticmethod
@@ -520,28 +583,18 @@ class _DividedAttention(torch.autograd.Function):
         got = iter(torch.autograd.grad(ctx.out, want, full))
         local = [next(got) if x.requires_grad else None for x in ctx.leaves]
         grads = [local[0].index_select(0, own) if local[0] is not None else None]
+        # dK and dV of the keys of cut documents: every chunk's BF16 partial goes to the ranks
+        # holding its keys (both gradients in one all_to_all), where they are added in FP32.
+        kv = [g for g in local[1:] if g is not None]
+        sums = iter(_exchange_partials(torch.stack(kv, dim=1), lay, ctx.group).unbind(1) if kv else ())
         cut_own = lay.cut_rows.to(dev)
         for g in local[1:]:
             if g is None:
                 grads.append(None)
                 continue
-            # The rank's partial dK (dV) of every gathered key, FP32, in the all_gather's
-            # rank-major rows; each chunk adds its local document's rows [0, end) (distinct rows
-            # per call, so the adds are deterministic).
-            partials = g.new_zeros((ctx.group_size * lay.width,) + tuple(g.shape[1:]), dtype=torch.float32)
-            for base, end, rows in lay.partial_rows:
-                partials.index_add_(0, rows.to(dev), g[base:base + end].float())
-            mine = _reduce_scatter_rows(partials, lay.width, ctx.group)
             dx = g.index_select(0, own)  # whole documents' rows, as computed
-            dx.index_copy_(0, cut_own, mine[:cut_own.shape[0]].to(dx.dtype))
-            grads.append(dx)
+            grads.append(dx.index_copy_(0, cut_own, next(sums).to(dx.dtype)))
         return (*grads, None, None, None, None)
-
-
-def _group_size(group) -> int:
-    import torch.distributed as dist
-
-    return dist.get_world_size(group)
 
 
 def _divide_refusal(plan: ShardPlan, cut: Sequence[int], causal: bool) -> Optional[str]:
@@ -587,9 +640,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causa
     that document with q_start = cC (flamia.attention's q_start): only the chunk's query
     rows are computed, so the ranks divide the document's work. O and dQ are bitwise those
     of single-pack flamia.attention (each query row runs the one-GPU recurrence over the
-    same key tiles). dK and dV of a cut document's keys are summed over the ranks: each rank's
-    partial (the BF16 dK/dV of its chunks' local documents, added in FP32) goes through a
-    reduce-scatter (FP32, sum) onto the rank holding the key, then to BF16. They equal
+    same key tiles). dK and dV of a cut document's keys are summed over the chunks: each
+    chunk's partial (the BF16 dK/dV of its local document) travels as it is, in BF16, to the
+    rank holding the key (torch.distributed.all_to_all_single, dK and dV together), which
+    adds every chunk's partial in FP32 in one fixed order (source rank, then chunk), then
+    rounds to BF16 — half the bytes of an FP32 reduce-scatter and deterministic. They equal
     single-pack flamia's up to that re-association and the BF16 rounding of the partials:
     per element |dK - dK_1| <= 2^-8 (sum_c |dK_c| + 2 |dK_1|), dK_c the partial of chunk c's
     queries, dK_1 the single-pack value, 2^-8 BF16's unit roundoff (the FP32 adds contribute

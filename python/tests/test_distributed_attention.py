@@ -82,9 +82,10 @@ def test_cp_bench_runs_on_a_cpu_group(tmp_path, lengths, exchange):
         assert rec["cut_docs"] == 0 and rec["bytes_received_per_rank"] == 0
     else:
         # The 600-token document is cut into chunks of 256: rank 0 holds [0, 256), rank 1
-        # [256, 600), so 344 rows wide: k, v in BF16 and the FP32 dK/dV partials (2 heads, D = 64).
+        # [256, 512) and [512, 600), so 344 rows wide (k, v in BF16, 2 heads, D = 64); rank 1's
+        # two chunks each send the BF16 dK/dV partial of positions [0, 256) to rank 0.
         assert rec["tokens"] == 670 and rec["exchange"] == "divide" and rec["cut_docs"] == 1
-        assert rec["bytes_received_per_rank"] == 344 * 2 * 2 * 64 * (2 + 4)
+        assert rec["bytes_received_per_rank"] == (344 + 2 * 256) * 2 * 2 * 64 * 2
 
 
 
