@@ -149,9 +149,10 @@ struct Qkv8Layout {
 struct BwdWorkspaceLayout {
   int64_t tpad = 0;
   size_t do8 = 0;   // [T,Hq,D]
-  size_t dot8 = 0;  // [Hq][D][Tpad]
+  size_t dot8 = 0;  // [Hq][D][Tpad]: FP8 (fp8), BF16 (fp8_mixed: dV's product is BF16)
   size_t sdo = 0;   // fp32 [Hq][T]
   size_t dvec = 0;  // fp32 [Hq][T]
+  size_t lse2 = 0;  // fp32 [Hq][T]: LSE * log2(e), NaN where dO's row is not finite
   size_t qt = 0, kt = 0;  // fp8: FP8 [Hq][D][Tpad], [Hkv][D][Tpad] (0 with fp8_mixed)
   size_t status = 0;  // guard::DeviceError of the last backward (guard.h)
   size_t bytes = 0;
@@ -163,9 +164,10 @@ struct BwdWorkspaceLayout {
     l.tpad = padded_tokens(total_tokens, num_docs);
     Builder b;
     l.do8 = b.add(T * hq * D);
-    l.dot8 = b.add(size_t(hq) * D * size_t(l.tpad));
+    l.dot8 = b.add(size_t(hq) * D * size_t(l.tpad) * (recipe == FLAMIA_RECIPE_FP8_MIXED ? 2 : 1));
     l.sdo = b.add(T * hq * sizeof(float));
     l.dvec = b.add(T * hq * sizeof(float));
+    l.lse2 = b.add(T * hq * sizeof(float));
     if (recipe == FLAMIA_RECIPE_FP8) {
       l.qt = b.add(size_t(hq) * D * size_t(l.tpad));
       l.kt = b.add(size_t(hkv) * D * size_t(l.tpad));

@@ -51,6 +51,8 @@ struct QuantTensor {
   uint16_t* trans16 = nullptr;        // [H][D][Tpad] BF16 (fp8_mixed's q, k), or null
   float* scale = nullptr;             // [H][T]
   float* rowdot = nullptr;            // [H][T], with dot_src
+  const float* lse = nullptr;         // dO variant: the forward's LSE [H][T], and
+  float* lse2 = nullptr;              // lse * log2(e), NaN for a non-finite dO row (ALGORITHM.md §3)
 };
 
 struct QuantBatch {
@@ -210,10 +212,11 @@ __device__ __forceinline__ uint32_t finite_bf16x2_or_zero(uint32_t w) {
 }
 
 // kDot: the dO variant (also reads O for the row dot product). kTrans16: the launch writes
-// BF16 transposed copies (fp8_mixed's q and k for the backward). Blocks per SM: the most
-// that fit the registers without spills (4-5 = 32-40 warps, 64-128 KB of loads in flight).
+// BF16 transposed copies (fp8_mixed's q and k for the backward, and its dO). Blocks per SM:
+// the most that fit the registers without spills (4-5 = 32-40 warps, 64-128 KB of loads in
+// flight; fp8_mixed's dO at D = 128 needs more than 80 registers: two).
 template <int D, bool kDot, bool kTrans16>
-__global__ void __launch_bounds__(kThreads, kDot ? 3 : (D == 64 ? 5 : 4))
+__global__ void __launch_bounds__(kThreads, kDot ? (kTrans16 && D == 128 ? 2 : 3) : (D == 64 ? 5 : 4))
 quantize_kernel(const __grid_constant__ QuantBatch batch) {
   constexpr int kLanesPerRow = D / 8;                   // 16 bytes of bf16 per lane
   constexpr int kRowsPerPass = 32 / kLanesPerRow;
@@ -298,7 +301,10 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   if (lane < rows) {
     const int64_t at = head * batch.total_tokens + tok0 + lane;
     t.scale[at] = row_scale;
-    if (kDot) t.rowdot[at] = row_dot;
+    if (kDot) {
+      t.rowdot[at] = row_dot;
+      t.lse2[at] = fmt::is_nan_f32(row_scale) ? __int_as_float(0x7fc00000) : __fmul_rn(__ldg(t.lse + at), fmt::kLog2e);
+    }
   }
 
   if constexpr (kTrans16) {
@@ -470,7 +476,7 @@ constexpr uint32_t kF32Nan = 0x7fc00000u;
 }  // namespace
 
 cudaError_t quantize_dout(const sm90::Params& p, const void* dout, int64_t stride_t,
-                          int64_t stride_h, const void* out, const uint8_t* qkv8,
+                          int64_t stride_h, const void* out, const float* lse, const uint8_t* qkv8,
                           const Qkv8Layout& qkv8_layout, uint8_t* workspace,
                           const BwdWorkspaceLayout& layout) {
   if (p.total_tokens == 0) return cudaSuccess;  // dout and out: 16-byte aligned rows (sm90::backward checks)
@@ -486,9 +492,16 @@ cudaError_t quantize_dout(const sm90::Params& p, const void* dout, int64_t strid
   t = source(dout, stride_t, stride_h, p.hq);
   t.dot_src = static_cast<const uint16_t*>(out);
   t.nat = workspace + layout.do8;
-  t.trans = workspace + layout.dot8;
   t.scale = reinterpret_cast<float*>(workspace + layout.sdo);
   t.rowdot = reinterpret_cast<float*>(workspace + layout.dvec);
+  t.lse = lse;
+  t.lse2 = reinterpret_cast<float*>(workspace + layout.lse2);
+  // dV's B operand: FP8 dOᵀ (fp8), or the BF16 dO transposed as it is (fp8_mixed).
+  if (p.recipe == FLAMIA_RECIPE_FP8_MIXED) {
+    t.trans16 = reinterpret_cast<uint16_t*>(workspace + layout.dot8);
+    return launch_quantize<true, true>(batch, p.head_dim, p.stream);
+  }
+  t.trans = workspace + layout.dot8;
   return launch_quantize<true>(batch, p.head_dim, p.stream);
 }
 

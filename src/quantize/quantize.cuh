@@ -12,11 +12,12 @@
 namespace flamia {
 namespace quant {
 
-// dO -> natural and transposed FP8 copies and scales, plus D = rowsum(float(dO) * float(O))
-// (FP32), into the backward workspace. out uses dout's token/head strides. Block 0 validates
+// dO -> natural FP8 codes and scales, its transposed copy (FP8 for fp8, BF16 for fp8_mixed),
+// D = rowsum(float(dO) * float(O)) (FP32) and lse2 = lse * log2(e) (NaN for a non-finite dO
+// row), into the backward workspace. out uses dout's token/head strides. Block 0 validates
 // cu_seqlens and compares qkv8's fingerprint into the workspace's status word (guard.cuh).
 cudaError_t quantize_dout(const sm90::Params& p, const void* dout, int64_t stride_t,
-                          int64_t stride_h, const void* out, const uint8_t* qkv8,
+                          int64_t stride_h, const void* out, const float* lse, const uint8_t* qkv8,
                           const Qkv8Layout& qkv8_layout, uint8_t* workspace,
                           const BwdWorkspaceLayout& layout);
 

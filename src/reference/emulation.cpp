@@ -549,15 +549,16 @@ PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const O
   return pm;
 }
 
-// Which operands of the backward's matmuls are FP8 (the rest are BF16).
+// Which of the backward's tile products are FP8 (the rest are BF16): recipe fp8 all of them,
+// fp8_mixed none (dO Vᵀ, a product over D like S, is FP8 whenever the scheme is).
 struct BackwardPrecision {
-  bool pdo_fp8;  // P^T dO (dV); also dO V^T, which is FP8 whenever the scheme is
+  bool pdo_fp8;  // P^T dO (dV)
   bool ds_fp8;   // dS^T Q (dK) and dS K (dQ)
 };
 
 BackwardPrecision backward_precision(const EmulationConfig& cfg) {
-  const bool fp8 = cfg.scheme != Scheme::Bf16;
-  return {fp8, fp8 && cfg.recipe == FLAMIA_RECIPE_FP8};
+  const bool fp8 = cfg.scheme != Scheme::Bf16 && cfg.recipe == FLAMIA_RECIPE_FP8;
+  return {fp8, fp8};
 }
 
 // One tile product reduced over tokens, added to acc: acc[d] += scale * sum_r x[r] * rows[r][d]
@@ -616,10 +617,12 @@ void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMat
         // Tile rows r in [0, n) are queries m0 + r; the visible ones start at r0.
         const int r0 = std::max(m0, ibeg) - m0, n = std::min(m0 + BM, L) - m0;
         std::fill(x.begin(), x.end(), 0.0f);
-        // dV: P with dO's scale folded in, times dO8. FP8: one scale per query tile, from the
+        // dV. FP8: P with dO's scale folded in, times dO8, one scale per query tile from the
         // tile's largest dO scale, which bounds every P·sdo since P <= 1 (ALGORITHM.md §3;
-        // fmax skips a NaN scale, whose query poisons only the keys that see it).
-        for (int r = r0; r < n; ++r) x[r] = pm.P[size_t(m0 + r) * L + j] * do8.s(base + m0 + r, h);
+        // fmax skips a NaN scale). BF16: bf16(P) times dO's BF16 values. A non-finite dO row
+        // has P = NaN (its lse2 is NaN), so its query poisons only the keys that see it.
+        for (int r = r0; r < n; ++r)
+          x[r] = pm.P[size_t(m0 + r) * L + j] * (prec.pdo_fp8 ? do8.s(base + m0 + r, h) : 1.0f);
         float scale;
         if (prec.pdo_fp8) {
           float sdo_max = 0.0f;
@@ -630,7 +633,8 @@ void accumulate_dkdv(const Problem& p, const EmulationConfig& cfg, const PairMat
           scale = round_tile_operand(x.data() + r0, n - r0, false);
         }
         add_tile_product(cfg, prec.pdo_fp8, x.data(), scale, r0, n, D,
-                         [&](int r) { return do8.row(base + m0 + r, h); }, col, tile.data(), dvj);
+                         [&](int r) { return prec.pdo_fp8 ? do8.row(base + m0 + r, h) : do8.bf16_row(base + m0 + r, h); },
+                         col, tile.data(), dvj);
         // dK: dS with Q's scale folded in, times q8 (fp8); or bf16(dS) times bf16 q.
         for (int r = r0; r < n; ++r) {
           const float ds = pm.dS[size_t(m0 + r) * L + j];
@@ -709,7 +713,9 @@ void backward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, c
           float acc = 0.0f;  // D = rowsum(dO * O) from the BF16 tensors
           for (int d = 0; d < D; ++d) acc += bf16_value(dout[row + d]) * bf16_value(out[row + d]);
           Drow[i] = acc;
-          lse2[i] = lse[size_t(h) * T + base + i] * kLog2e;
+          // NaN for a non-finite dO row (its scale is NaN): P of its pairs is NaN, which carries
+          // it into every gradient its query touches (the kernels read the same lse2).
+          lse2[i] = std::isnan(do8.s(base + i, h)) ? NAN : lse[size_t(h) * T + base + i] * kLog2e;
         }
         const PairMatrices pm =
             pair_matrices(p, cfg, q8, k8, v8, do8, lse2.data(), Drow.data(), base, L, q0, h, kvh);

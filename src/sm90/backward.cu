@@ -82,7 +82,7 @@ struct BwdArgs {
   const float* sv;      // [Hkv][T]
   const float* sdo;     // [Hq][T]
   const float* dvec;    // [Hq][T]  D = rowsum(dO * O)
-  const float* lse;     // [Hq][T]  natural log, from the forward
+  const float* lse2;    // [Hq][T]  the forward's LSE * log2(e), NaN for a non-finite dO row (workspace)
   const guard::DeviceError* status;  // the backward's status word (workspace)
   const int32_t* cu_seqlens;
   const int32_t* q_start;  // [B] or null (flamia.h)
@@ -340,8 +340,8 @@ struct DkdvSmem {
   // (kTmaBytes, swizzle-aligned), then the per-query values sq, sdo, LSE, D (cp.async).
   static constexpr int kQ = 0;                                // B of Sᵀ: Q rows
   static constexpr int kDo = kQ + kTmaTileBytes<D>;           // B of dPᵀ: dO rows
-  static constexpr int kDot = kDo + kTmaTileBytes<D>;         // B of dV: dOᵀ columns
-  static constexpr int kQt = kDot + kTmaTileBytes<D>;         // B of dK: Qᵀ columns (FP8 or BF16)
+  static constexpr int kDot = kDo + kTmaTileBytes<D>;         // B of dV: dOᵀ columns (FP8 or BF16)
+  static constexpr int kQt = kDot + kDsColTileBytes<D, kMixed>;  // B of dK: Qᵀ columns (FP8 or BF16)
   static constexpr int kTmaBytes = kQt + kDsColTileBytes<D, kMixed>;
   static constexpr int kSqT = kTmaBytes;
   static constexpr int kSdoT = kSqT + kScalarTileBytes;
@@ -368,7 +368,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   const uint8_t* st_ptr = smem + S::stage(stage);
   const float* sq = reinterpret_cast<const float*>(st_ptr + S::kSqT);
   const float* sdo = reinterpret_cast<const float*>(st_ptr + S::kSdoT);
-  const float* lse = reinterpret_cast<const float*>(st_ptr + S::kLseT);
+  const float* lse2 = reinterpret_cast<const float*>(st_ptr + S::kLseT);
   const float* dvec = reinterpret_cast<const float*>(st_ptr + S::kDvecT);
   const int q = lane_id() & 3, row0 = 16 * (warp_id() & 3);
   // This lane's key rows are row0 + g and row0 + g + 8 of the warpgroup's 64 keys.
@@ -384,21 +384,26 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   wgmma::fence();
   issue_scores<D, true>(s, kb + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
   issue_row_dots<D, true>(dp, kb + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
-  // dV's operand scale while the MMAs run: P <= 1, so the tile's largest sdo bounds every
-  // P · sdo, and sigma = pow2_scale(that) serves every key (ALGORITHM.md §3). A quad's lanes
-  // hold all 64 columns; columns past the document hold 0 (their sdo is zero-filled), and
-  // fmaxf skips a NaN scale, whose query then poisons only the keys that see it (by its
-  // NaN codes), as the specification's does.
-  float sdo_max = 0.0f;
+  // fp8: dV's operand scale while the MMAs run: P <= 1, so the tile's largest sdo bounds
+  // every P · sdo, and sigma = pow2_scale(that) serves every key (ALGORITHM.md §3). A quad's
+  // lanes hold all 64 columns; columns past the document hold 0 (their sdo is zero-filled),
+  // and fmaxf skips a NaN scale, whose query then poisons only the keys that see it (by its
+  // NaN lse2), as the specification's does. fp8_mixed's dV operand is bf16(Pᵀ), unscaled.
+  float sigma = 1.0f, inv_sigma = 1.0f;
+  if constexpr (!kMixed) {
+    float sdo_max = 0.0f;
 #pragma unroll
-  for (int n = 0; n < 8; ++n) sdo_max = fmaxf(sdo_max, fmaxf(sdo[8 * n + 2 * q], sdo[8 * n + 2 * q + 1]));
-  sdo_max = fmaxf(sdo_max, __shfl_xor_sync(0xffffffffu, sdo_max, 1));
-  sdo_max = fmaxf(sdo_max, __shfl_xor_sync(0xffffffffu, sdo_max, 2));
-  const float sigma = fmt::pow2_scale_e4m3(sdo_max), inv_sigma = fmt::pow2_reciprocal(sigma);
+    for (int n = 0; n < 8; ++n) sdo_max = fmaxf(sdo_max, fmaxf(sdo[8 * n + 2 * q], sdo[8 * n + 2 * q + 1]));
+    sdo_max = fmaxf(sdo_max, __shfl_xor_sync(0xffffffffu, sdo_max, 1));
+    sdo_max = fmaxf(sdo_max, __shfl_xor_sync(0xffffffffu, sdo_max, 2));
+    sigma = fmt::pow2_scale_e4m3(sdo_max);
+    inv_sigma = fmt::pow2_reciprocal(sigma);
+  }
   wgmma::wait<0>();
   wgmma::pin(s);
   wgmma::pin(dp);
-  // In place: s <- Pᵀ * sdo / sigma (dV operand), dp <- dSᵀ * sq (fp8) or dSᵀ (fp8_mixed).
+  // In place: s <- Pᵀ * sdo / sigma (fp8) or Pᵀ (fp8_mixed), dV's operand; dp <- dSᵀ * sq
+  // (fp8) or dSᵀ (fp8_mixed), dK's.
 #pragma unroll
   for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -406,26 +411,29 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
       const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
       const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(skc_row[r], sq[col]),
-                                    __fmul_rn(sdo[col], sv_row[r]), __fmul_rn(lse[col], kLog2e), dvec[col]);
-      s[n][e] = visible ? __fmul_rn(pg.p, __fmul_rn(sdo[col], inv_sigma)) : 0.0f;
+                                    __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
+      s[n][e] = visible ? (kMixed ? pg.p : __fmul_rn(pg.p, __fmul_rn(sdo[col], inv_sigma))) : 0.0f;
       dp[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sq[col])) : 0.0f;
     }
   // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
   // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
   // (or both sums by FMA) ptxas spills the packed operand or an accumulator in the loop.
-  TokenOperand<false> pv = token_operand_prescaled(s, sigma);
+  auto pv = [&] {
+    if constexpr (kMixed) return token_operand<true>(s);
+    else return token_operand_prescaled(s, sigma);
+  }();
   // dK's per-row scales: select-only at D = 64; at D = 128 the branchy form, with which ptxas
   // fits the loop in 255 registers (select-only spills 8 accumulators there: dK/dV 7.81 →
   // 8.07 ms, docs/PERFORMANCE.md v18).
   TokenOperand<kMixed> ds = token_operand<kMixed, D == 64>(dp);
   const uint32_t dk_b = st + S::kQt;
   if constexpr (kMixed) {
-    // dK's product chained onto dk, dV's in a fresh accumulator behind it; one wait for both.
-    float fresh_v[D / 8][4];
+    // Both BF16 products chained onto their sums (no fresh accumulator, no fold); one wait.
     chain_token_product<D>(dk, ds, dk_b);
-    issue_token_product<D, false>(fresh_v, pv, st + S::kDot);
-    fold_token_product<D, false, true, 0>(dv, fresh_v, pv);
+    chain_token_product<D>(dv, pv, st + S::kDot);
     chained_product_done<D, 0>(dk, ds);
+    wgmma::pin(dv);
+    wgmma::pin(pv.a);
   } else if constexpr (D == 64) {
     // Both products in flight at once (two fresh accumulators fit at D = 64): dV's runs on
     // the tensor core while dK's is folded, instead of each waited for in turn.
@@ -503,13 +511,13 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     mbar::arrive_expect_tx(full, S::kTmaBytes);
     tma::load_3d(st + S::kQ, a.q8_rows, full, 0, t.h, tok);
     tma::load_3d(st + S::kDo, a.do8_rows, full, 0, t.h, tok);
-    tma::load_2d(st + S::kDot, a.dot8_cols, full, pos, t.h * D);
+    tma::load_2d(st + S::kDot, a.dot8_cols, full, kMixed ? 2 * pos : pos, t.h * D);  // BF16: byte coordinates
     tma::load_2d(st + S::kQt, a.qt_cols, full, kMixed ? 2 * pos : pos, t.h * D);  // BF16: byte coordinates
   };
   // Every thread: one of a step's 256 per-query values (thread t: value t % 64 of sq, sdo,
   // LSE, D for t / 64 = 0..3, as laid out from kSqT on), by cp.async.
   const int value_i = int(threadIdx.x) & (kTileTokens - 1), value_kind = int(threadIdx.x) / kTileTokens;
-  const float* const values = value_kind == 0 ? a.sq : value_kind == 1 ? a.sdo : value_kind == 2 ? a.lse : a.dvec;
+  const float* const values = value_kind == 0 ? a.sq : value_kind == 1 ? a.sdo : value_kind == 2 ? a.lse2 : a.dvec;
   auto load_query_values = [&](int s, QueryTile t) {
     const int m0 = t.m * kTileTokens;
     load_scalar(base + S::stage(s) + S::kSqT + value_kind * kScalarTileBytes,
@@ -623,7 +631,7 @@ __device__ __forceinline__ TokenOperand<kMixed> dq_operand_of_tile(const uint8_t
     const int i = row0 + (lane_id() >> 2) + 8 * r;
     sq[r] = reinterpret_cast<const float*>(smem + queries + S::kSq)[i];
     sdo[r] = reinterpret_cast<const float*>(smem + queries + S::kSdo)[i];
-    lse2[r] = __fmul_rn(reinterpret_cast<const float*>(smem + queries + S::kLse)[i], kLog2e);
+    lse2[r] = reinterpret_cast<const float*>(smem + queries + S::kLse)[i];
     d[r] = reinterpret_cast<const float*>(smem + queries + S::kDvec)[i];
   }
 
@@ -680,7 +688,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
     const int i = tile_tid() & 63;
     if (tile_tid() < kTileTokens) {
       load_scalar(qb + S::kSq, a.sq + tok_off, valid_q, i);
-      load_scalar(qb + S::kLse, a.lse + tok_off, valid_q, i);
+      load_scalar(qb + S::kLse, a.lse2 + tok_off, valid_q, i);
     } else {
       load_scalar(qb + S::kSdo, a.sdo + tok_off, valid_q, i);
       load_scalar(qb + S::kDvec, a.dvec + tok_off, valid_q, i);
@@ -854,9 +862,9 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   if ((err = encode_row_map(&a.do8_rows, a.do8, T, p.hq, p.head_dim)) != cudaSuccess) return failed("tensor map do8", err);
   if ((err = encode_row_map(&a.k8_rows, a.k8, T, p.hkv, p.head_dim)) != cudaSuccess) return failed("tensor map k8", err);
   if ((err = encode_row_map(&a.v8_rows, a.v8, T, p.hkv, p.head_dim)) != cudaSuccess) return failed("tensor map v8", err);
-  if ((err = encode_col_map(&a.dot8_cols, ws + ws_layout.dot8, layout.tpad, p.hq, p.head_dim)) != cudaSuccess)
+  const int qk_bytes = mixed ? 2 : 1;  // the transposed q, k, dO: BF16 (fp8_mixed) or FP8
+  if ((err = encode_col_map(&a.dot8_cols, ws + ws_layout.dot8, layout.tpad, p.hq, p.head_dim, qk_bytes)) != cudaSuccess)
     return failed("tensor map dot8", err);
-  const int qk_bytes = mixed ? 2 : 1;  // the transposed q, k: BF16 (fp8_mixed) or FP8
   // Qᵀ, Kᵀ: fp8_mixed's BF16 copies in qkv8 (the quantizer's), fp8's FP8 ones in the
   // workspace (transpose_qk_codes, below).
   const uint8_t* qt = mixed ? base + layout.qt : ws + ws_layout.qt;
@@ -870,7 +878,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.sv = reinterpret_cast<const float*>(base + layout.sv);
   a.sdo = reinterpret_cast<const float*>(ws + ws_layout.sdo);
   a.dvec = reinterpret_cast<const float*>(ws + ws_layout.dvec);
-  a.lse = lse;
+  a.lse2 = reinterpret_cast<const float*>(ws + ws_layout.lse2);
   a.status = reinterpret_cast<const guard::DeviceError*>(ws + ws_layout.status);
   a.cu_seqlens = p.cu_seqlens;
   a.q_start = p.q_start;
@@ -885,7 +893,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.c = p.softmax_scale * kLog2e;
   a.softmax_scale = p.softmax_scale;
 
-  if ((err = quant::quantize_dout(p, dout, dout_stride_t, dout_stride_h, out, base, layout, ws, ws_layout)) !=
+  if ((err = quant::quantize_dout(p, dout, dout_stride_t, dout_stride_h, out, lse, base, layout, ws, ws_layout)) !=
       cudaSuccess)
     return failed("quantize_dout", err);
   if (!mixed && (err = quant::transpose_qk_codes(p, base, layout, ws, ws_layout)) != cudaSuccess)

@@ -125,7 +125,8 @@ struct Literal {
   void backward(const Bits& out, const std::vector<float>& lse, Bits& dq, Bits& dk, Bits& dv) const {
     const int D = pk.p.head_dim, Hq = pk.p.hq, Hkv = pk.p.hkv;
     const int64_t T = pk.p.total_tokens;
-    const bool ds_fp8 = fp8() && cfg.recipe == FLAMIA_RECIPE_FP8;
+    // Recipe fp8: every tile product FP8; fp8_mixed: dV's and dK's, dQ's in BF16.
+    const bool ds_fp8 = fp8() && cfg.recipe == FLAMIA_RECIPE_FP8, dv_fp8 = ds_fp8;
     for (int b = 0; b < pk.p.num_docs(); ++b) {
       const int64_t base = pk.doc_begin(b);
       const int L = int(pk.doc_end(b) - base);
@@ -136,8 +137,10 @@ struct Literal {
           a += from_bf16(pk.dout[((base + i) * Hq + h) * D + d]) * from_bf16(out[((base + i) * Hq + h) * D + d]);
         return a;
       };
+      // lse2 is NaN for a dO row that is not finite (its scale is NaN).
       auto P = [&](int i, int j, int h) {
-        return std::exp2(std::fmaf(S(base, i, j, h), c, -(lse[h * T + base + i] * 1.4426950408889634f)));
+        const float lse2 = std::isnan(dO.sc(base + i, h)) ? NAN : lse[h * T + base + i] * 1.4426950408889634f;
+        return std::exp2(std::fmaf(S(base, i, j, h), c, -lse2));
       };
       auto dS = [&](int i, int j, int h) {
         float dot = 0.0f;
@@ -157,12 +160,12 @@ struct Literal {
               if (is.empty()) continue;
               std::vector<float> x, y;
               for (int i : is) {
-                x.push_back(P(i, j, h) * dO.sc(base + i, h));
+                x.push_back(dv_fp8 ? P(i, j, h) * dO.sc(base + i, h) : P(i, j, h));
                 y.push_back(ds_fp8 ? dS(i, j, h) * q.sc(base + i, h) : dS(i, j, h));
               }
               // dV's FP8 scale: the tile's largest dO scale (P <= 1), the same for every key.
               float sigma = 1.0f;
-              if (fp8()) {
+              if (dv_fp8) {
                 float sdo_max = 0.0f;
                 for (int i = m0; i < std::min(m0 + cfg.tiling.bwd_block_m, L); ++i)
                   sdo_max = std::fmax(sdo_max, dO.sc(base + i, h));
@@ -175,7 +178,7 @@ struct Literal {
               for (int d = 0; d < D; ++d) {
                 float tv = 0.0f, tk = 0.0f;
                 for (size_t n = 0; n < is.size(); ++n) {
-                  tv += x[n] * dO.e(base + is[n], h, d);
+                  tv += x[n] * (dv_fp8 ? dO.e(base + is[n], h, d) : dO.r(base + is[n], h, d));
                   tk += y[n] * (ds_fp8 ? q.e(base + is[n], h, d) : q.r(base + is[n], h, d));
                 }
                 dva[d] += sigma * tv;

@@ -215,9 +215,14 @@ TEST(Guard, TransposedQkLiveWhereTheirRecipeMakesThem) {
   EXPECT_NE(qm.kt, 0u);
   EXPECT_EQ(wsm.qt, 0u);
   EXPECT_EQ(wsm.kt, 0u);
-  // Sizes: fp8's backward-only qkv8 region is v8 alone; its workspace holds the two copies.
+  // Sizes: fp8's backward-only qkv8 region is v8 alone; its workspace holds the two copies,
+  // and fp8_mixed's holds dO transposed in BF16 where fp8's holds it in FP8.
   auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
   const auto q8f = Qkv8Layout::make(T, B, hq, hkv, D, FLAMIA_RECIPE_FP8, false);
   EXPECT_EQ(q8.bytes - q8f.bytes, aligned(size_t(T) * hkv * D));
-  EXPECT_EQ(ws8.bytes - wsm.bytes, aligned(size_t(hq) * D * size_t(ws8.tpad)) + aligned(size_t(hkv) * D * size_t(ws8.tpad)));
+  const size_t dot = size_t(hq) * D * size_t(ws8.tpad);
+  EXPECT_EQ(wsm.dot8 + aligned(2 * dot), wsm.sdo);
+  EXPECT_EQ(ws8.dot8 + aligned(dot), ws8.sdo);
+  EXPECT_EQ(ws8.bytes + aligned(2 * dot) - aligned(dot) - wsm.bytes,
+            aligned(size_t(hq) * D * size_t(ws8.tpad)) + aligned(size_t(hkv) * D * size_t(ws8.tpad)));
 }

@@ -204,7 +204,7 @@ struct Bounds {
   double o, lse, dq, dk, dv;
 };
 constexpr Bounds kFp8Bounds{0.066, 0.0046, 0.090, 0.089, 0.072};
-constexpr Bounds kFp8MixedBounds{0.066, 0.0046, 0.074, 0.073, 0.072};
+constexpr Bounds kFp8MixedBounds{0.066, 0.0046, 0.074, 0.073, 0.051};
 
 const Bounds& bounds_for(flamia_recipe r) { return r == FLAMIA_RECIPE_FP8 ? kFp8Bounds : kFp8MixedBounds; }
 
