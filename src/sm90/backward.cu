@@ -357,14 +357,33 @@ struct DkdvSmem {
   static constexpr int empty(int s) { return kEmpty + 8 * s; }
 };
 
+// Sᵀ = K Qᵀ and dPᵀ = V dOᵀ of the query tile in `stage`, for the 64 keys at `keys`.
+template <int D, bool kMixed>
+__device__ __forceinline__ void issue_key_scores(TileAcc& s, TileAcc& dp, const uint8_t* smem, int keys, int stage) {
+  using S = DkdvSmem<D, kMixed>;
+  const uint32_t base = ptx::smem_addr(smem), st = base + S::stage(stage), kb = base + keys;
+  wgmma::fence();
+  issue_scores<D, true>(s, kb + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
+  issue_row_dots<D, true>(dp, kb + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
+}
+
+// fp8_mixed's BF16 operands of a tile's two products, in flight until the caller's wait.
+struct MixedOperands {
+  TokenOperand<true> ds, pv;
+};
+
 // One query tile for the 64 keys at `keys` (a warpgroup's DkdvSmem::keys), this warp's 16
-// key rows j0, j0 + 8 (document positions).
+// key rows j0, j0 + 8 (document positions); s, dp hold its Sᵀ and dPᵀ. fp8: issues them
+// first and returns with the tile's products folded. fp8_mixed: they were issued by the
+// caller, and it returns the two products' BF16 operands in `ops` for the caller to issue
+// (after its masked / unmasked branch: an MMA in flight across the join makes ptxas
+// serialize every wgmma, C7515).
 template <int D, bool kMixed, bool kMask>
 __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, int stage, const DocMask& mask,
                                                 int j0, int m0, float c, float (&dk)[D / 8][4],
-                                                float (&dv)[D / 8][4]) {
+                                                float (&dv)[D / 8][4], TileAcc& s, TileAcc& dp, MixedOperands& ops) {
   using S = DkdvSmem<D, kMixed>;
-  const uint32_t base = ptx::smem_addr(smem), st = base + S::stage(stage), kb = base + keys;
+  const uint32_t base = ptx::smem_addr(smem), st = base + S::stage(stage);
   const uint8_t* st_ptr = smem + S::stage(stage);
   const float* sq = reinterpret_cast<const float*>(st_ptr + S::kSqT);
   const float* sdo = reinterpret_cast<const float*>(st_ptr + S::kSdoT);
@@ -380,10 +399,8 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     sv_row[r] = reinterpret_cast<const float*>(smem + keys + S::kSv)[j];
   }
 
-  TileAcc s, dp;  // Sᵀ and dPᵀ: rows = keys, columns = queries
-  wgmma::fence();
-  issue_scores<D, true>(s, kb + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
-  issue_row_dots<D, true>(dp, kb + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
+  // Sᵀ and dPᵀ: rows = keys, columns = queries.
+  if constexpr (!kMixed) issue_key_scores<D, kMixed>(s, dp, smem, keys, stage);
   // fp8: dV's operand scale while the MMAs run: P <= 1, so the tile's largest sdo bounds
   // every P · sdo, and sigma = pow2_scale(that) serves every key (ALGORITHM.md §3). A quad's
   // lanes hold all 64 columns; columns past the document hold 0 (their sdo is zero-filled),
@@ -415,36 +432,31 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       s[n][e] = visible ? (kMixed ? pg.p : __fmul_rn(pg.p, __fmul_rn(sdo[col], inv_sigma))) : 0.0f;
       dp[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sq[col])) : 0.0f;
     }
-  // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
-  // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
-  // (or both sums by FMA) ptxas spills the packed operand or an accumulator in the loop.
-  auto pv = [&] {
-    if constexpr (kMixed) return token_operand<true>(s);
-    else return token_operand_prescaled(s, sigma);
-  }();
-  // dK's per-row scales: select-only at D = 64; at D = 128 the branchy form, with which ptxas
-  // fits the loop in 255 registers (select-only spills 8 accumulators there: dK/dV 7.81 →
-  // 8.07 ms, docs/PERFORMANCE.md v18).
-  TokenOperand<kMixed> ds = token_operand<kMixed, D == 64>(dp);
-  const uint32_t dk_b = st + S::kQt;
-  if constexpr (kMixed) {
-    // Both BF16 products chained onto their sums (no fresh accumulator, no fold); one wait.
-    chain_token_product<D>(dk, ds, dk_b);
-    chain_token_product<D>(dv, pv, st + S::kDot);
-    chained_product_done<D, 0>(dk, ds);
-    wgmma::pin(dv);
-    wgmma::pin(pv.a);
-  } else if constexpr (D == 64) {
-    // Both products in flight at once (two fresh accumulators fit at D = 64): dV's runs on
-    // the tensor core while dK's is folded, instead of each waited for in turn.
-    float fresh_k[D / 8][4], fresh_v[D / 8][4];
-    issue_token_product<D, kMixed>(fresh_k, ds, dk_b);
-    issue_token_product<D, false>(fresh_v, pv, st + S::kDot);
-    fold_token_product<D, kMixed, false, 1>(dk, fresh_k, ds);
-    fold_token_product<D, false, true, 0>(dv, fresh_v, pv);
+  if constexpr (kMixed) {  // the caller issues the products
+    ops.pv = token_operand<true>(s);
+    ops.ds = token_operand<true>(dp);
   } else {
-    accumulate_token_product<D, kMixed, false>(dk, ds, dk_b);
-    accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
+    // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
+    // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
+    // (or both sums by FMA) ptxas spills the packed operand or an accumulator in the loop.
+    TokenOperand<false> pv = token_operand_prescaled(s, sigma);
+    // dK's per-row scales: select-only at D = 64; at D = 128 the branchy form, with which
+    // ptxas fits the loop in 255 registers (select-only spills 8 accumulators there: dK/dV
+    // 7.81 → 8.07 ms, docs/PERFORMANCE.md v18).
+    TokenOperand<false> ds = token_operand<false, D == 64>(dp);
+    const uint32_t dk_b = st + S::kQt;
+    if constexpr (D == 64) {
+      // Both products in flight at once (two fresh accumulators fit at D = 64): dV's runs on
+      // the tensor core while dK's is folded, instead of each waited for in turn.
+      float fresh_k[D / 8][4], fresh_v[D / 8][4];
+      issue_token_product<D, false>(fresh_k, ds, dk_b);
+      issue_token_product<D, false>(fresh_v, pv, st + S::kDot);
+      fold_token_product<D, false, false, 1>(dk, fresh_k, ds);
+      fold_token_product<D, false, true, 0>(dv, fresh_v, pv);
+    } else {
+      accumulate_token_product<D, false, false>(dk, ds, dk_b);
+      accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
+    }
   }
 }
 
@@ -543,6 +555,22 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[c][e] = dv[c][e] = 0.0f;
 
+  // Causal: query tile m sees this warpgroup's keys only from m = nw on.
+  auto sees_keys = [&](QueryTile t) { return valid_k > 0 && (!a.causal || t.m >= nw); };
+  TileAcc s, dp;
+  MixedOperands ops;
+  // fp8_mixed: a tile's Sᵀ and dPᵀ are issued at the end of the step before it (the first
+  // here), behind that step's products, so that the tensor core has them queued while the
+  // warpgroup waits for the products; every issue sits in one place of the loop (ptxas
+  // serializes every wgmma when S/dP may come from several: C7515).
+  if constexpr (kMixed) {  // dk and dv are zero before any MMA is in flight (C7515 otherwise)
+    wgmma::pin(dk);
+    wgmma::pin(dv);
+  }
+  if (kMixed && steps > 0 && sees_keys(cur)) {
+    mbar::wait(base + S::full(use.index), use.phase);
+    issue_key_scores<D, kMixed>(s, dp, smem, S::keys(wg), use.index);
+  }
   for (int step = 0; step < steps; ++step) {
     const QueryTile next = next_tile(cur);
     if (step + 1 < steps) load_step(next);
@@ -550,16 +578,42 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     // The step's tiles and values landed. Every thread waits, also in steps its warpgroup
     // skips: a parity wait only tells consecutive phases apart.
     mbar::wait(base + S::full(use.index), use.phase);
-    // Causal: query tile m sees this warpgroup's keys only from m = nw on.
-    if (valid_k > 0 && (!a.causal || m >= nw)) {
+    const bool mine = sees_keys(cur);
+    if (mine) {
       if (mask_needed_for_key_rows(mask, m, nw, kTileTokens))
-        dkdv_query_tile<D, kMixed, true>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv);
+        dkdv_query_tile<D, kMixed, true>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv, s, dp, ops);
       else
-        dkdv_query_tile<D, kMixed, false>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv);
+        dkdv_query_tile<D, kMixed, false>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv, s, dp, ops);
+    }
+    if constexpr (kMixed) {
+      // Both BF16 products chained onto their sums (no fresh accumulator, no fold).
+      const uint32_t st = base + S::stage(use.index);
+      if (mine) {
+        chain_token_product<D>(dk, ops.ds, st + S::kQt);
+        chain_token_product<D>(dv, ops.pv, st + S::kDot);
+      }
+      const bool ahead = step + 1 < steps && sees_keys(next);
+      if (ahead) {
+        StageCursor after = use;
+        after.advance();
+        mbar::wait(base + S::full(after.index), after.phase);
+        issue_key_scores<D, kMixed>(s, dp, smem, S::keys(wg), after.index);
+      }
+      if (mine) {
+        if (ahead) chained_product_done<D, 2>(dk, ops.ds);  // the next Sᵀ, dPᵀ may be pending
+        else chained_product_done<D, 0>(dk, ops.ds);
+        wgmma::pin(dv);
+        wgmma::pin(ops.pv.a);
+      }
     }
     release_stage(base + S::empty(use.index));
     use.advance();
     cur = next;
+  }
+  if constexpr (kMixed) {  // every product was waited for in its step, which ptxas cannot prove (C7517)
+    wgmma::wait<0>();
+    wgmma::pin(dk);
+    wgmma::pin(dv);
   }
 
   // Every key row of the document is written, also those no query sees (zeros).
