@@ -146,6 +146,44 @@ def test_divided_exchange_is_bitwise_for_o_and_dq(tmp_path, world_size, lengths,
     assert_divided_shards([torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)], plan, want)
 
 
+@pytest.mark.parametrize("world_size,lengths", [(2, [600, 40, 30]), (3, [40, 1400, 70, 25])])
+def test_divided_exchange_gives_the_fp32_sum_of_each_chunks_bf16_partial(tmp_path, world_size, lengths):
+    # The exact dK/dV of a cut document: every chunk's partial is flamia.attention of its
+    # local document [0, end) alone (q and dO zero before the chunk, q_start at it; document
+    # isolation makes it the bits the rank's pack gives), a BF16 tensor; the rank holding a key
+    # adds the partials in FP32 in (source rank, chunk) order and rounds once to BF16. (A few
+    # BF16 values add exactly in FP32 unless their exponents lie far apart, so this pins the
+    # values and the single rounding more than the order.)
+    import torch.multiprocessing as mp
+
+    from flamia.distributed import unshard
+
+    q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=9, device="cpu")
+    plan = plan_shards(cu, world_size)
+    mp.spawn(_rank_main, args=(world_size, str(tmp_path / "init"), str(tmp_path), lengths, "fp8", True, "divide"),
+             nprocs=world_size, join=True)
+    per_rank = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
+    got = [unshard([res[i] for res in per_rank], plan) for i in (2, 3)]
+    for d in plan.cut_docs:
+        b, n = cu[d].item(), cu[d + 1].item() - cu[d].item()
+        sums = [torch.zeros((n,) + tuple(k.shape[1:]), dtype=torch.float32) for _ in range(2)]
+        for rs in plan.ranks:
+            for seg in rs.segments:
+                if seg.doc != d:
+                    continue
+                end, start = seg.end, seg.start
+                keep = torch.zeros(end, 1, 1, dtype=q.dtype)
+                keep[start:] = 1
+                local = (q[b:b + end] * keep, k[b:b + end], v[b:b + end], dout[b:b + end] * keep)
+                _, _, dk_c, dv_c = out_and_grads(*local, lambda q_, k_, v_: flamia.attention(
+                    q_, k_, v_, torch.tensor([0, end], dtype=torch.int32), end, recipe="fp8",
+                    q_start=torch.tensor([start], dtype=torch.int32)))
+                sums[0][:end] += dk_c.float()
+                sums[1][:end] += dv_c.float()
+        for g, want, name in zip(got, sums, ("dk", "dv")):
+            assert torch.equal(g[b:b + n], want.to(g.dtype)), f"{name} of cut document {d}"
+
+
 def test_divided_exchange_is_the_default_when_possible_and_refused_otherwise(tmp_path):
     # The default (exchange=None) is the divided exchange here: O, dQ and dK/dV equal the
     # explicit exchange="divide" run, bit for bit.
