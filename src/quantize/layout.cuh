@@ -155,10 +155,12 @@ struct BwdWorkspaceLayout {
   size_t lse2 = 0;  // fp32 [Hq][T]: LSE * log2(e), NaN where dO's row is not finite
   size_t qt = 0, kt = 0;  // fp8: FP8 [Hq][D][Tpad], [Hkv][D][Tpad] (0 with fp8_mixed)
   size_t status = 0;  // guard::DeviceError of the last backward (guard.h)
+  size_t dq_acc = 0;  // fp32 [T,Hq,D]: the fused dQ's sums (dq_accumulator only; last, so that
+                      // the offsets before it do not depend on it)
   size_t bytes = 0;
 
   static BwdWorkspaceLayout make(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
-                                 flamia_recipe recipe) {
+                                 flamia_recipe recipe, bool dq_accumulator = false) {
     BwdWorkspaceLayout l;
     const size_t T = size_t(total_tokens), D = size_t(head_dim);
     l.tpad = padded_tokens(total_tokens, num_docs);
@@ -173,6 +175,7 @@ struct BwdWorkspaceLayout {
       l.kt = b.add(size_t(hkv) * D * size_t(l.tpad));
     }
     l.status = b.add(sizeof(guard::DeviceError));
+    if (dq_accumulator) l.dq_acc = b.add(T * hq * D * sizeof(float));
     l.bytes = b.size();
     return l;
   }

@@ -42,6 +42,10 @@
 // with satfinite at a scale in [2^-126, 2^127], and gives a non-finite row zero codes (its
 // NaN stays in the scale). Such a row or column meets only masked pairs, which are exact
 // zeros by selection, so it adds 0 * code = 0 to every product.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "common/tiles.h"
 #include "quantize/quantize.cuh"
 #include "sm90/arch/mbarrier.cuh"
@@ -88,6 +92,7 @@ struct BwdArgs {
   const int32_t* q_start;  // [B] or null (flamia.h)
   WorkList work;  // 128-token tiles: the dK/dV pass's key tiles, the dQ pass's query tiles
   uint16_t* dq;         // bf16 [T, Hq, D]
+  float* dq_acc;        // fp32 [T, Hq, D], zeroed: the fused dQ's sums (workspace), else null
   uint16_t* dk;         // bf16 [T, Hkv, D]
   uint16_t* dv;         // bf16 [T, Hkv, D]
   int64_t total_tokens;
@@ -237,7 +242,9 @@ constexpr int kDqThreads = kDqWarpgroups * kThreads;
 template <int D>
 constexpr int kDqCtasPerSm = D == 64 ? 2 : 1;
 // The streamed side's ring: three stages loaded one step ahead, so a warpgroup can run up to
-// two steps ahead of the other before a refill waits for it.
+// two steps ahead of the other before a refill waits for it. The fused dQ's dK/dV pass has
+// two: its dS and Kᵀ tiles take the third's shared memory, and its warpgroups meet every
+// step anyway.
 constexpr int kBwdStages = 3;
 static_assert(kDkdvWarpgroups * kTileTokens == tiles::kFwdBlockM &&
                   kDqWarpgroups * kTileTokens == tiles::kFwdBlockM,
@@ -274,9 +281,10 @@ __device__ __forceinline__ uint8_t* swizzle_aligned(uint8_t* raw) {
 // that the sanitizer's race model would have to take on trust). The CTA barrier after this
 // publishes them before any thread arrives.
 __device__ __forceinline__ bool elected_thread() { return threadIdx.x == 0; }
+template <int kStages = kBwdStages>
 __device__ __forceinline__ void init_stage_barriers(uint32_t full0, uint32_t empty0, int threads) {
   if (elected_thread()) {
-    for (int s = 0; s < kBwdStages; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       mbar::init(full0 + 8 * s, threads + 1);
       mbar::init(empty0 + 8 * s, threads);
     }
@@ -288,11 +296,12 @@ __device__ __forceinline__ void init_stage_barriers(uint32_t full0, uint32_t emp
 // A position in the ring: the stage and the parity of its current use. The loader waits on
 // `empty` with the previous use's parity (phase ^ 1; a fresh barrier passes it at once), the
 // consumer on `full` with the current one.
+template <int kStages = kBwdStages>
 struct StageCursor {
   int index = 0;
   uint32_t phase = 0;
   __device__ __forceinline__ void advance() {
-    if (++index == kBwdStages) {
+    if (++index == kStages) {
       index = 0;
       phase ^= 1;
     }
@@ -302,8 +311,8 @@ struct StageCursor {
 // Every thread's side of a refill: wait until every thread has left the cursor's stage,
 // issue this thread's loads into it (`load(stage)`), arrive on its `full` barrier when this
 // thread's copies have landed, and move the cursor on.
-template <class Load>
-__device__ __forceinline__ void refill_stage(uint32_t full0, uint32_t empty0, StageCursor& cursor, Load load) {
+template <class Cursor, class Load>
+__device__ __forceinline__ void refill_stage(uint32_t full0, uint32_t empty0, Cursor& cursor, Load load) {
   mbar::wait(empty0 + 8 * cursor.index, cursor.phase ^ 1);
   load(cursor.index);
   mbar::arrive_when_copies_land(full0 + 8 * cursor.index);
@@ -326,8 +335,9 @@ __device__ __forceinline__ void own_rows_ready() {
 // dK / dV
 // =====================================================================================
 
-template <int D, bool kMixed>
+template <int D, bool kMixed, bool kFused = false>
 struct DkdvSmem {
+  static constexpr int kStages = kFused ? 2 : kBwdStages;
   // Warpgroup w's keys at keys(w): its K (A of Sᵀ) and V (A of dPᵀ) tiles and key scales.
   static constexpr int kK = 0;
   static constexpr int kV = kK + ScoreTile<D>::kBytes;
@@ -335,7 +345,16 @@ struct DkdvSmem {
   static constexpr int kSv = kSk + kScalarTileBytes;
   static constexpr int kKeyBytes = kSv + kScalarTileBytes;
   static constexpr int keys(int w) { return w * kKeyBytes; }
-  static constexpr int kStage0 = align_up(kDkdvWarpgroups * kKeyBytes, kSwizzleAlign);
+  // The fused dQ only. The CTA's Kᵀ in BF16 (B of dQ = dS K): chunk w holds warpgroup w's 64
+  // keys, D rows of 128 bytes as the quantizer's transposed copy lands by TMA. Two dS
+  // buffers (A of dQ), alternating by step: chunk w of a buffer is warpgroup w's dS,
+  // 64 query rows of its 64 keys (128 bytes, 128-byte swizzle).
+  static constexpr int kKtChunk = D * kBf16ColRowBytes;
+  static constexpr int kDsChunk = kTileTokens * kBf16ColRowBytes;
+  static constexpr int kDsBuffer = kDkdvWarpgroups * kDsChunk;
+  static constexpr int kKt = align_up(kDkdvWarpgroups * kKeyBytes, kSwizzleAlign);
+  static constexpr int kDs = kKt + (kFused ? kDkdvWarpgroups * kKtChunk : 0);
+  static constexpr int kStage0 = kDs + (kFused ? 2 * kDsBuffer : 0);
   // One stage: a query tile of one head, read by both warpgroups. The TMA tiles first
   // (kTmaBytes, swizzle-aligned), then the per-query values sq, sdo, LSE, D (cp.async).
   static constexpr int kQ = 0;                                // B of Sᵀ: Q rows
@@ -348,22 +367,107 @@ struct DkdvSmem {
   static constexpr int kLseT = kSdoT + kScalarTileBytes;
   static constexpr int kDvecT = kLseT + kScalarTileBytes;
   static constexpr int kStageBytes = align_up(kDvecT + kScalarTileBytes, kSwizzleAlign);
-  static constexpr int kFull = kStage0 + kBwdStages * kStageBytes;  // the ring's mbarriers
-  static constexpr int kEmpty = kFull + 8 * kBwdStages;
-  static constexpr int kBytes = kEmpty + 8 * kBwdStages;
+  static constexpr int kFull = kStage0 + kStages * kStageBytes;  // the ring's mbarriers
+  static constexpr int kEmpty = kFull + 8 * kStages;
+  static constexpr int kKtFull = kEmpty + 8 * kStages;  // the fused dQ's Kᵀ landed
+  static constexpr int kBytes = kKtFull + 8;
   static constexpr int kAlloc = kBytes + kSwizzleAlign;
+  static_assert(kAlloc <= 227 * 1024, "the dK/dV pass's shared memory");
   static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
   static constexpr int full(int s) { return kFull + 8 * s; }
   static constexpr int empty(int s) { return kEmpty + 8 * s; }
 };
 
+// The fused dQ (FLAMIA_BWD_DQ=fused; fp8_mixed at D = 128): the dK/dV pass also forms each
+// step's dQ partial, dS[64 queries x the CTA's 128 keys] · K[128 keys x D], as BF16 wgmma from
+// shared memory, and adds it in FP32 to a dQ accumulator in global memory (the L2 performs
+// the adds). Warpgroup w stores its dSᵀ transposed into chunk w of the step's dS buffer; once
+// both have (a named barrier), warpgroup w multiplies the whole tile by its D/2 columns of
+// Kᵀ. Five matmuls a tile pair instead of seven, and no dQ pass; but the order in which the
+// CTAs' partials reach a dQ row varies from run to run, so dQ is not deterministic (its bits
+// can differ in the last place) and is not bitwise the specification's sum.
+struct FusedDq {
+  uint32_t ds_buffer;  // this step's dS buffer (chunk c at ds_buffer + c * kDsChunk)
+  uint32_t kt;         // this warpgroup's D/2 rows of the CTA's Kᵀ chunk 0 (chunk c at + c * kKtChunk);
+                       // a chunk past the document holds finite values (TMA's zeros, the next
+                       // document's, padding), which meet zeros of dS
+  float* rows;         // the accumulator at the query tile's first row, head and this warpgroup's columns
+  int64_t row_stride;  // Hq * D
+  int valid_rows;      // rows of the query tile inside the document
+};
+constexpr int kFusedDqBarrier = warpgroup::kFirstNamedBarrier;
+
+// Warpgroup w's dS operand (registers: rows = its 64 keys, columns = the 64 queries, as
+// pack_bf16_a lays them out) into its chunk of the dS buffer, transposed: query rows of 64
+// keys. Matrix i of k16 step s is keys 16 (warp) + 8 (i & 1) + 0..7 by queries
+// 8 (2 s + i / 2) + 0..7; its stored row j is query 8 (2 s + i / 2) + j, 16 bytes at key chunk
+// 2 (warp) + (i & 1) of the row, swizzled as TMA's 128-byte mode places it.
+__device__ __forceinline__ void store_ds_transposed(uint32_t chunk, const uint32_t (&a)[4][4]) {
+  const int i = lane_id() >> 3, j = lane_id() & 7;
+  const uint32_t key_chunk = uint32_t(2 * (warp_id() & 3) + (i & 1));
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    const int query = 8 * (2 * s + (i >> 1)) + j;
+    ptx::stmatrix_x4_trans(chunk + query * kBf16ColRowBytes + ((key_chunk ^ uint32_t(j)) << 4), a[s][0], a[s][1],
+                           a[s][2], a[s][3]);
+  }
+}
+
+// After both warpgroups stored their dS (each fenced its stores for the async proxy): this
+// warpgroup's dQ partial, dq = dS · K[:, its D/2 columns], issued as one committed group.
+template <int D, class S>
+__device__ __forceinline__ void issue_fused_dq(float (&dq)[D / 16][4], const FusedDq& fz) {
+  warpgroup::bar_sync(kFusedDqBarrier, kDkdvThreads);
+  wgmma::fence();
+#pragma unroll
+  for (int c = 0; c < kDkdvWarpgroups; ++c)
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      const uint64_t a = mma::desc<kBf16ColRowBytes>(fz.ds_buffer + c * S::kDsChunk, ks);
+      const uint64_t b = mma::desc<kBf16ColRowBytes>(fz.kt + c * S::kKtChunk, ks);
+      if (c == 0 && ks == 0) wgmma::mma_ss_bf16<false>(dq, a, b);
+      else wgmma::mma_ss_bf16<true>(dq, a, b);
+    }
+  wgmma::commit();
+}
+
+// The partial's rows inside the document, added to the accumulator (8 bytes a reduction).
+template <int D>
+__device__ __forceinline__ void reduce_fused_dq(const FusedDq& fz, const float (&dq)[D / 16][4]) {
+  const int row0 = 16 * (warp_id() & 3) + (lane_id() >> 2), q = lane_id() & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    if (row >= fz.valid_rows) continue;
+    float* p = fz.rows + row * fz.row_stride + 2 * q;
+#pragma unroll
+    for (int n = 0; n < D / 16; ++n) ptx::red_add_v2(p + 8 * n, dq[n][2 * r], dq[n][2 * r + 1]);
+  }
+}
+
+// A step in which this warpgroup's keys are not seen (warpgroup 1 only: causal, its first
+// query tile, or the document ends before them): its dS chunk is zeros, and it still meets
+// the other at the barrier and forms its columns of dQ. (Skipping the chunk in the product
+// instead puts a branch between wgmmas, around which ptxas injects warpgroup fences.)
+template <int D, class S>
+__device__ __forceinline__ void fused_dq_only(const FusedDq& fz) {
+  store_ds_transposed(fz.ds_buffer + warpgroup::index() * S::kDsChunk, {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u},
+                                                                        {0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}});
+  wgmma::fence_proxy_async();
+  float dq[D / 16][4];
+  issue_fused_dq<D, S>(dq, fz);
+  wgmma::wait<0>();
+  wgmma::pin(dq);
+  reduce_fused_dq<D>(fz, dq);
+}
+
 // One query tile for the 64 keys at `keys` (a warpgroup's DkdvSmem::keys), this warp's 16
 // key rows j0, j0 + 8 (document positions).
-template <int D, bool kMixed, bool kMask>
+template <int D, bool kMixed, bool kFused, bool kMask>
 __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, int stage, const DocMask& mask,
                                                 int j0, int m0, float c, float (&dk)[D / 8][4],
-                                                float (&dv)[D / 8][4]) {
-  using S = DkdvSmem<D, kMixed>;
+                                                float (&dv)[D / 8][4], const FusedDq& fz) {
+  using S = DkdvSmem<D, kMixed, kFused>;
   const uint32_t base = ptx::smem_addr(smem), st = base + S::stage(stage), kb = base + keys;
   const uint8_t* st_ptr = smem + S::stage(stage);
   const float* sq = reinterpret_cast<const float*>(st_ptr + S::kSqT);
@@ -428,12 +532,26 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   TokenOperand<kMixed> ds = token_operand<kMixed, D == 64>(dp);
   const uint32_t dk_b = st + S::kQt;
   if constexpr (kMixed) {
+    if constexpr (kFused) {
+      store_ds_transposed(fz.ds_buffer + warpgroup::index() * S::kDsChunk, ds.a);
+      wgmma::fence_proxy_async();  // the stores, visible to both warpgroups' wgmma
+    }
     // Both BF16 products chained onto their sums (no fresh accumulator, no fold); one wait.
     chain_token_product<D>(dk, ds, dk_b);
     chain_token_product<D>(dv, pv, st + S::kDot);
-    chained_product_done<D, 0>(dk, ds);
-    wgmma::pin(dv);
-    wgmma::pin(pv.a);
+    if constexpr (kFused) {
+      float dq[D / 16][4];
+      issue_fused_dq<D, S>(dq, fz);
+      chained_product_done<D, 0>(dk, ds);
+      wgmma::pin(dq);
+      wgmma::pin(dv);
+      wgmma::pin(pv.a);
+      reduce_fused_dq<D>(fz, dq);
+    } else {
+      chained_product_done<D, 0>(dk, ds);
+      wgmma::pin(dv);
+      wgmma::pin(pv.a);
+    }
   } else if constexpr (D == 64) {
     // Both products in flight at once (two fresh accumulators fit at D = 64): dV's runs on
     // the tensor core while dK's is folded, instead of each waited for in turn.
@@ -448,9 +566,10 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   }
 }
 
-template <int D, bool kMixed>
+template <int D, bool kMixed, bool kFused>
 __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_constant__ BwdArgs a) {
-  using S = DkdvSmem<D, kMixed>;
+  static_assert(!kFused || (kMixed && D == 128), "the fused dQ is fp8_mixed's, at D = 128");
+  using S = DkdvSmem<D, kMixed, kFused>;
   extern __shared__ uint8_t smem_raw[];
   const int slot = blockIdx.x / a.hkv, hk = blockIdx.x % a.hkv;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
@@ -474,13 +593,21 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   const DocMask mask{dt.len, a.causal};
   uint8_t* smem = swizzle_aligned(smem_raw);
   const uint32_t base = ptx::smem_addr(smem);
-  init_stage_barriers(base + S::full(0), base + S::empty(0), kDkdvThreads);
+  if (kFused && elected_thread()) mbar::init(base + S::kKtFull, 1);  // published by the barrier below
+  init_stage_barriers<S::kStages>(base + S::full(0), base + S::empty(0), kDkdvThreads);
   const bool elected = elected_thread();  // starts the stages' TMA loads
   if (elected) {
     tma::prefetch_map(a.q8_rows);
     tma::prefetch_map(a.do8_rows);
     tma::prefetch_map(a.dot8_cols);
     tma::prefetch_map(a.qt_cols);
+    if constexpr (kFused) {
+      // The CTA's Kᵀ, both chunks (a chunk past the document is loaded and never read).
+      mbar::arrive_expect_tx(base + S::kKtFull, kDkdvWarpgroups * S::kKtChunk);
+      for (int c = 0; c < kDkdvWarpgroups; ++c)
+        tma::load_2d(base + S::kKt + c * S::kKtChunk, a.kt_cols, base + S::kKtFull,
+                     2 * (int(dt.pstart) + (kDkdvWarpgroups * n + c) * kTileTokens), hk * D);
+    }
   }
 
   const int64_t kv_row = int64_t(a.hkv) * D;
@@ -524,7 +651,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
                 values + (t.h * a.total_tokens + dt.tok0 + m0), dt.len - m0, value_i);
   };
   // Every thread: a step into the next stage of the ring, once every thread has left it.
-  StageCursor load, use;
+  StageCursor<S::kStages> load, use;
   auto load_step = [&](QueryTile t) {
     refill_stage(base + S::full(0), base + S::empty(0), load, [&](int s) {
       if (elected) load_query_tiles(s, t);
@@ -543,6 +670,10 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[c][e] = dv[c][e] = 0.0f;
 
+  // The fused dQ: the CTA's Kᵀ has landed before the first product reads it.
+  [[maybe_unused]] const int64_t q_row = int64_t(a.hq) * D;
+  if constexpr (kFused) mbar::wait(base + S::kKtFull, 0);
+
   for (int step = 0; step < steps; ++step) {
     const QueryTile next = next_tile(cur);
     if (step + 1 < steps) load_step(next);
@@ -550,12 +681,23 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     // The step's tiles and values landed. Every thread waits, also in steps its warpgroup
     // skips: a parity wait only tells consecutive phases apart.
     mbar::wait(base + S::full(use.index), use.phase);
-    // Causal: query tile m sees this warpgroup's keys only from m = nw on.
+    FusedDq fz{};
+    if constexpr (kFused) {
+      fz.ds_buffer = base + S::kDs + (step & 1) * S::kDsBuffer;
+      fz.kt = base + S::kKt + wg * (D / 2) * kBf16ColRowBytes;
+      fz.rows = a.dq_acc + (dt.tok0 + m0) * q_row + cur.h * D + wg * (D / 2);
+      fz.row_stride = q_row;
+      fz.valid_rows = dt.len - m0;
+    }
+    // Causal: query tile m sees this warpgroup's keys only from m = nw on (warpgroup 0's
+    // always, from m_first on).
     if (valid_k > 0 && (!a.causal || m >= nw)) {
       if (mask_needed_for_key_rows(mask, m, nw, kTileTokens))
-        dkdv_query_tile<D, kMixed, true>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv);
+        dkdv_query_tile<D, kMixed, kFused, true>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv, fz);
       else
-        dkdv_query_tile<D, kMixed, false>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv);
+        dkdv_query_tile<D, kMixed, kFused, false>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv, fz);
+    } else if constexpr (kFused) {
+      fused_dq_only<D, S>(fz);
     }
     release_stage(base + S::empty(use.index));
     use.advance();
@@ -715,7 +857,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
       load_scalar(base + S::stage(s) + S::kSk + value_kind * kScalarTileBytes, values + n0, dt.len - n0, value_i);
   };
   // Every thread: key tile n into the next stage of the ring, once every thread has left it.
-  StageCursor load, use;
+  StageCursor<> load, use;
   auto load_step = [&](int n) {
     refill_stage(base + S::full(0), base + S::empty(0), load, [&](int s) {
       if (elected) load_key_tiles(s, n);
@@ -763,7 +905,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
       else issue_token_product<D, false>(fresh, op, kt);
       // S and dP of n + 1 may be pending (two groups) when the product is done.
       if (kOverlap && n + 1 <= last) {
-        StageCursor next = use;
+        StageCursor<> next = use;
         next.advance();
         mbar::wait(base + S::full(next.index), next.phase);
         issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), next.index);
@@ -788,17 +930,51 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
 // launch
 // =====================================================================================
 
+// The fused dQ's last step: dq = bf16(softmax_scale * dq_acc), 8 values a thread (the
+// deterministic pass rounds its sums the same way). Nothing on a guard fault (the poisoning
+// that follows the backward writes NaN).
+__global__ void __launch_bounds__(256) dq_from_accumulator(const float* __restrict__ acc, uint16_t* __restrict__ dq,
+                                                           int64_t groups, float scale,
+                                                           const guard::DeviceError* status) {
+  if (status->fault != guard::kNone) return;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < groups; i += int64_t(gridDim.x) * blockDim.x) {
+    const float4 lo = reinterpret_cast<const float4*>(acc)[2 * i], hi = reinterpret_cast<const float4*>(acc)[2 * i + 1];
+    uint4 out;
+    out.x = ptx::pack_bf16x2(__fmul_rn(scale, lo.x), __fmul_rn(scale, lo.y));
+    out.y = ptx::pack_bf16x2(__fmul_rn(scale, lo.z), __fmul_rn(scale, lo.w));
+    out.z = ptx::pack_bf16x2(__fmul_rn(scale, hi.x), __fmul_rn(scale, hi.y));
+    out.w = ptx::pack_bf16x2(__fmul_rn(scale, hi.z), __fmul_rn(scale, hi.w));
+    reinterpret_cast<uint4*>(dq)[i] = out;
+  }
+}
+
 template <int D, bool kMixed>
 cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
   constexpr int kDkdvSmem = DkdvSmem<D, kMixed>::kAlloc, kDqSmem = DqSmem<D, kMixed>::kAlloc;
-  cudaError_t attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed>), kDkdvSmem);
+  cudaError_t attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false>), kDkdvSmem);
   if (attr == cudaSuccess) attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_kernel<D, kMixed>), kDqSmem);
   if (attr != cudaSuccess) return attr;
   // One CTA per (work-list slot, head), the head fastest (schedule.cuh).
-  dkdv_kernel<D, kMixed><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
+  dkdv_kernel<D, kMixed, false><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   dq_kernel<D, kMixed><<<unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// fp8_mixed at D = 128 with the fused dQ: the accumulator zeroed, one dK/dV(+dQ) pass, dQ
+// rounded from the accumulator.
+cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
+  constexpr int D = 128, kSmem = DkdvSmem<D, true, true>::kAlloc;
+  const size_t acc_bytes = size_t(a.total_tokens) * size_t(a.hq) * D * sizeof(float);
+  cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, true, true>), kSmem);
+  if (err == cudaSuccess) err = cudaMemsetAsync(a.dq_acc, 0, acc_bytes, stream);
+  if (err != cudaSuccess) return err;
+  dkdv_kernel<D, true, true><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kSmem, stream>>>(a);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  const int64_t groups = int64_t(acc_bytes / (8 * sizeof(float)));
+  const unsigned blocks = unsigned(std::min<int64_t>((groups + 255) / 256, 8 * 1024));
+  dq_from_accumulator<<<blocks, 256, 0, stream>>>(a.dq_acc, a.dq, groups, a.softmax_scale, a.status);
   return cudaGetLastError();
 }
 
@@ -834,6 +1010,13 @@ cudaError_t failed(const char* step, cudaError_t err) {
 
 const char* backward_failed_step() { return t_failed_step; }
 
+// Read at every call (a getenv is negligible next to a launch), so that the workspace size and
+// the backward agree within a process that does not change it in between.
+bool backward_dq_fused(flamia_recipe recipe, int head_dim) {
+  const char* v = std::getenv("FLAMIA_BWD_DQ");
+  return recipe == FLAMIA_RECIPE_FP8_MIXED && head_dim == 128 && v != nullptr && std::strcmp(v, "fused") == 0;
+}
+
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
                      const void* out, const float* lse, const void* qkv8, void* workspace,
                      void* dq, void* dk, void* dv) {
@@ -846,7 +1029,11 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
     return failed("dout and out rows 16-byte aligned", cudaErrorInvalidValue);
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
                                               p.recipe, true);
-  const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe);
+  // The fused dQ: selected, and no q_start (its rows before q_start would be written).
+  const bool fused_selected = backward_dq_fused(p.recipe, p.head_dim);
+  const bool fused = fused_selected && p.q_start == nullptr;
+  const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
+                                                         p.recipe, fused_selected);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const uint8_t* base = static_cast<const uint8_t*>(qkv8);
 
@@ -884,6 +1071,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.q_start = p.q_start;
   a.work = work_list(base, layout, layout.fwd_work);
   a.dq = static_cast<uint16_t*>(dq);
+  a.dq_acc = fused ? reinterpret_cast<float*>(ws + ws_layout.dq_acc) : nullptr;
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
   a.total_tokens = p.total_tokens;
@@ -898,7 +1086,9 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
     return failed("quantize_dout", err);
   if (!mixed && (err = quant::transpose_qk_codes(p, base, layout, ws, ws_layout)) != cudaSuccess)
     return failed("transpose_qk_codes", err);
-  if (p.head_dim == 64)
+  if (fused)
+    err = launch_backward_fused_dq(a, p.stream);
+  else if (p.head_dim == 64)
     err = mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
   else
     err = mixed ? launch_backward<128, true>(a, p.stream) : launch_backward<128, false>(a, p.stream);

@@ -12,7 +12,9 @@ size_t qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int h
 
 size_t backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv,
                                 int head_dim, flamia_recipe recipe) {
-  return quant::BwdWorkspaceLayout::make(total_tokens, num_docs, hq, hkv, head_dim, recipe).bytes;
+  return quant::BwdWorkspaceLayout::make(total_tokens, num_docs, hq, hkv, head_dim, recipe,
+                                         backward_dq_fused(recipe, head_dim))
+      .bytes;
 }
 
 bool device_supported() {

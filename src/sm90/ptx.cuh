@@ -51,6 +51,22 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
                : "memory");
 }
 
+// ---- stmatrix ----------------------------------------------------------------------------
+// The transposing store of four 8x8 b16 matrices: r[i] holds, as an mma accumulator fragment
+// does, row l/4 and columns 2(l%4), 2(l%4)+1 of matrix i; lane l supplies the address of
+// stored row l%8 of matrix l/8, which receives column l%8 of the fragment (16 bytes).
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// ---- reductions to global memory ----------------------------------------------------------
+// p[0] += a, p[1] += b in FP32 (8-byte aligned), no value returned: the L2 performs the adds.
+__device__ __forceinline__ void red_add_v2(float* p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
 // ---- tensor-core MMA (warp-wide) -------------------------------------------------------
 // D = A(16x32 e4m3, row) * B(32x8 e4m3, col) + D, FP32 accumulate. On sm_90 this
 // instruction is emulated (no native Ada-style FP8 mma.sync); see src/sm90/README.md.

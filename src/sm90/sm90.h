@@ -56,6 +56,10 @@ cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse);
 // What the calling thread's last failed backward was doing (a tensor map, an alignment
 // check, quantize_dout, the launches), for the error message; "" after a success.
 const char* backward_failed_step();
+// Whether the backward forms dQ inside the dK/dV pass (environment FLAMIA_BWD_DQ=fused;
+// fp8_mixed at D = 128, calls without q_start): one pass fewer, dQ not deterministic, its
+// FP32 accumulator in the workspace. Default: the deterministic dQ pass.
+bool backward_dq_fused(flamia_recipe recipe, int head_dim);
 // dout, out: bf16 [T, Hq, D] with the given token/head strides; dq dense [T, Hq, D];
 // dk, dv dense [T, Hkv, D].
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
