@@ -692,7 +692,10 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     // Causal: query tile m sees this warpgroup's keys only from m = nw on (warpgroup 0's
     // always, from m_first on).
     if (valid_k > 0 && (!a.causal || m >= nw)) {
-      if (mask_needed_for_key_rows(mask, m, nw, kTileTokens))
+      // The fused dQ also reads dS's key rows past the document (dK, dV never store them):
+      // there they must be zeros, not P (dP - D) of the zero-filled keys, or the next
+      // document's Kᵀ columns would enter dQ. Causal tiles past the end are diagonal anyway.
+      if (mask_needed_for_key_rows(mask, m, nw, kTileTokens) || (kFused && valid_k < kTileTokens))
         dkdv_query_tile<D, kMixed, kFused, true>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv, fz);
       else
         dkdv_query_tile<D, kMixed, kFused, false>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv, fz);
