@@ -30,10 +30,11 @@ kernels = []
 for rec in csv.DictReader(rows):
     if rec.get("Metric Name") != "gpu__time_duration.sum":
         continue
-    scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(rec.get("Metric Unit", ""), None)
+    scale = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3}.get(rec.get("Metric Unit", ""), None)
     if scale is None:
         continue
-    name = rec["Kernel Name"].split("(")[0].split("<")[0].replace("void ", "").split("::")[-1]
+    name = rec["Kernel Name"].replace("<unnamed>", "").replace("void ", "")
+    name = name.split("(")[0].split("<")[0].split("::")[-1]
     kernels.append((name, float(rec["Metric Value"].replace(",", "")) * scale))
 # Every launch in order: flamia_bench's phases (quantize, forward, backward; the backward
 # phase's inputs come from untimed calls) and then the step, whose kernels end the list.

@@ -506,39 +506,38 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   wgmma::wait<0>();
   wgmma::pin(s);
   wgmma::pin(dp);
-  // In place: s <- Pᵀ * sdo / sigma (fp8) or Pᵀ (fp8_mixed), dV's operand; dp <- dSᵀ * sq
-  // (fp8) or dSᵀ (fp8_mixed), dK's.
-#pragma unroll
-  for (int n = 0; n < 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
-      const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
-      const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(skc_row[r], sq[col]),
-                                    __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
-      s[n][e] = visible ? (kMixed ? pg.p : __fmul_rn(pg.p, __fmul_rn(sdo[col], inv_sigma))) : 0.0f;
-      dp[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sq[col])) : 0.0f;
-    }
-  // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
-  // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
-  // (or both sums by FMA) ptxas spills the packed operand or an accumulator in the loop.
-  auto pv = [&] {
-    if constexpr (kMixed) return token_operand<true>(s);
-    else return token_operand_prescaled(s, sigma);
-  }();
-  // dK's per-row scales: select-only at D = 64; at D = 128 the branchy form, with which ptxas
-  // fits the loop in 255 registers (select-only spills 8 accumulators there: dK/dV 7.81 →
-  // 8.07 ms, docs/PERFORMANCE.md v18).
-  TokenOperand<kMixed> ds = token_operand<kMixed, D == 64>(dp);
-  const uint32_t dk_b = st + S::kQt;
   if constexpr (kMixed) {
+    // fp8_mixed: dV's operand bf16(Pᵀ) needs only Sᵀ, so its product is issued first and runs
+    // on the tensor core while dSᵀ is formed (the same operations as pair_grad, in two
+    // passes: the bits do not change).
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
+        const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
+        const float p = ptx::ex2(fmaf(s[n][e], __fmul_rn(skc_row[r], sq[col]), -lse2[col]));
+        s[n][e] = visible ? p : 0.0f;
+      }
+    TokenOperand<true> pv = token_operand<true>(s);
+    chain_token_product<D>(dv, pv, st + S::kDot);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
+        const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
+        const float ds = __fmul_rn(s[n][e], fmaf(dp[n][e], __fmul_rn(sdo[col], sv_row[r]), -dvec[col]));
+        dp[n][e] = visible ? ds : 0.0f;
+      }
+    TokenOperand<true> ds = token_operand<true>(dp);
+    const uint32_t dk_b = st + S::kQt;
     if constexpr (kFused) {
       store_ds_transposed(fz.ds_buffer + warpgroup::index() * S::kDsChunk, ds.a);
       wgmma::fence_proxy_async();  // the stores, visible to both warpgroups' wgmma
     }
     // Both BF16 products chained onto their sums (no fresh accumulator, no fold); one wait.
     chain_token_product<D>(dk, ds, dk_b);
-    chain_token_product<D>(dv, pv, st + S::kDot);
     if constexpr (kFused) {
       float dq[D / 16][4];
       issue_fused_dq<D, S>(dq, fz);
@@ -552,17 +551,40 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       wgmma::pin(dv);
       wgmma::pin(pv.a);
     }
-  } else if constexpr (D == 64) {
-    // Both products in flight at once (two fresh accumulators fit at D = 64): dV's runs on
-    // the tensor core while dK's is folded, instead of each waited for in turn.
-    float fresh_k[D / 8][4], fresh_v[D / 8][4];
-    issue_token_product<D, kMixed>(fresh_k, ds, dk_b);
-    issue_token_product<D, false>(fresh_v, pv, st + S::kDot);
-    fold_token_product<D, kMixed, false, 1>(dk, fresh_k, ds);
-    fold_token_product<D, false, true, 0>(dv, fresh_v, pv);
   } else {
-    accumulate_token_product<D, kMixed, false>(dk, ds, dk_b);
-    accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
+    // fp8: in place, s <- Pᵀ * sdo / sigma (dV's operand) and dp <- dSᵀ * sq (dK's).
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
+        const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
+        const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(skc_row[r], sq[col]),
+                                      __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
+        s[n][e] = visible ? __fmul_rn(pg.p, __fmul_rn(sdo[col], inv_sigma)) : 0.0f;
+        dp[n][e] = visible ? __fmul_rn(pg.ds, sq[col]) : 0.0f;
+      }
+    // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
+    // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
+    // (or both sums by FMA) ptxas spills the packed operand or an accumulator in the loop.
+    TokenOperand<false> pv = token_operand_prescaled(s, sigma);
+    // dK's per-row scales: select-only at D = 64; at D = 128 the branchy form, with which ptxas
+    // fits the loop in 255 registers (select-only spills 8 accumulators there: dK/dV 7.81 →
+    // 8.07 ms, docs/PERFORMANCE.md v18).
+    TokenOperand<false> ds = token_operand<false, D == 64>(dp);
+    const uint32_t dk_b = st + S::kQt;
+    if constexpr (D == 64) {
+      // Both products in flight at once (two fresh accumulators fit at D = 64): dV's runs on
+      // the tensor core while dK's is folded, instead of each waited for in turn.
+      float fresh_k[D / 8][4], fresh_v[D / 8][4];
+      issue_token_product<D, false>(fresh_k, ds, dk_b);
+      issue_token_product<D, false>(fresh_v, pv, st + S::kDot);
+      fold_token_product<D, false, false, 1>(dk, fresh_k, ds);
+      fold_token_product<D, false, true, 0>(dv, fresh_v, pv);
+    } else {
+      accumulate_token_product<D, false, false>(dk, ds, dk_b);
+      accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
+    }
   }
 }
 
