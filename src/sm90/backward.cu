@@ -507,29 +507,39 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   wgmma::pin(s);
   wgmma::pin(dp);
   if constexpr (kMixed) {
-    // fp8_mixed: dV's operand bf16(Pᵀ) needs only Sᵀ, so its product is issued first and runs
-    // on the tensor core while dSᵀ is formed (the same operations as pair_grad, in two
-    // passes: the bits do not change).
+    // fp8_mixed at D = 128: dV's operand bf16(Pᵀ) needs only Sᵀ, so its product is issued
+    // first and runs on the tensor core while dSᵀ is formed (pair_grad's operations in two
+    // passes: the same bits). At D = 64 that order was 0.8 % slower (docs/PERFORMANCE.md
+    // v34): one pass forms both, and both products follow.
+    constexpr bool kDvFirst = D == 128;
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
         const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
-        const float p = ptx::ex2(fmaf(s[n][e], __fmul_rn(skc_row[r], sq[col]), -lse2[col]));
-        s[n][e] = visible ? p : 0.0f;
+        const float s_comb = __fmul_rn(skc_row[r], sq[col]);
+        if constexpr (kDvFirst) {
+          s[n][e] = visible ? ptx::ex2(fmaf(s[n][e], s_comb, -lse2[col])) : 0.0f;
+        } else {
+          const PairGrad pg = pair_grad(s[n][e], dp[n][e], s_comb, __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
+          s[n][e] = visible ? pg.p : 0.0f;
+          dp[n][e] = visible ? pg.ds : 0.0f;
+        }
       }
     TokenOperand<true> pv = token_operand<true>(s);
-    chain_token_product<D>(dv, pv, st + S::kDot);
+    if constexpr (kDvFirst) {
+      chain_token_product<D>(dv, pv, st + S::kDot);
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
-        const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
-        const float ds = __fmul_rn(s[n][e], fmaf(dp[n][e], __fmul_rn(sdo[col], sv_row[r]), -dvec[col]));
-        dp[n][e] = visible ? ds : 0.0f;
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
+          const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
+          const float ds = __fmul_rn(s[n][e], fmaf(dp[n][e], __fmul_rn(sdo[col], sv_row[r]), -dvec[col]));
+          dp[n][e] = visible ? ds : 0.0f;
+        }
+    }
     TokenOperand<true> ds = token_operand<true>(dp);
     const uint32_t dk_b = st + S::kQt;
     if constexpr (kFused) {
@@ -538,6 +548,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     }
     // Both BF16 products chained onto their sums (no fresh accumulator, no fold); one wait.
     chain_token_product<D>(dk, ds, dk_b);
+    if constexpr (!kDvFirst) chain_token_product<D>(dv, pv, st + S::kDot);
     if constexpr (kFused) {
       float dq[D / 16][4];
       issue_fused_dq<D, S>(dq, fz);
