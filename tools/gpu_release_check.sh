@@ -32,6 +32,12 @@ timeout 120 "$BUILD/flamia_bench" --workloads fixed-4k,fixed-8k,fixed-16k,pack-3
   --iters 10 --json "$OUT/bench.json" 2>&1 | sed -n '/^workload /,$p'
 
 echo "==== Python harness (baselines in the same process)"
+# Wheels in .whl/ (ignored by git; e.g. the cuDNN Python frontend for the cudnn_thd and
+# cudnn_fp8 baselines, on a machine that cannot download) are installed for the harness only.
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/flamia-site .whl/*.whl &&
+    export PYTHONPATH=/tmp/flamia-site${PYTHONPATH:+:$PYTHONPATH}
+fi
 FLAMIA_LIBRARY="$PWD/$BUILD/libflamia.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" timeout 200 \
   python3 -m flamia.bench --quick --workloads "${HARNESS_WORKLOADS:-fixed-16k,pack-32k}" \
   --impls flamia,sdpa_cudnn,cudnn_thd,cudnn_fp8,fa2_varlen_torch --out "$OUT/harness" 2>&1 | tail -40
