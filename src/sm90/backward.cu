@@ -461,6 +461,21 @@ __device__ __forceinline__ void fused_dq_only(const FusedDq& fz) {
   reduce_fused_dq<D>(fz, dq);
 }
 
+// Calls f(n, e, col, r, visible) for element [n][e] of a warpgroup's Sᵀ / dPᵀ tile (rows =
+// keys, columns = queries): the element's query column col, its key row r (0: j0, 1: j0 + 8)
+// and whether that pair is visible.
+template <bool kMask, class F>
+__device__ __forceinline__ void for_each_pair(const DocMask& mask, int m0, int j0, F f) {
+  const int q = lane_id() & 3;
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
+      f(n, e, col, r, !kMask || mask.visible(m0 + col, j0 + 8 * r));
+    }
+}
+
 // One query tile for the 64 keys at `keys` (a warpgroup's DkdvSmem::keys), this warp's 16
 // key rows j0, j0 + 8 (document positions).
 template <int D, bool kMixed, bool kFused, bool kMask>
@@ -512,33 +527,24 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     // passes: the same bits). At D = 64 that order was 0.8 % slower (docs/PERFORMANCE.md
     // v34): one pass forms both, and both products follow.
     constexpr bool kDvFirst = D == 128;
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
-        const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
-        const float s_comb = __fmul_rn(skc_row[r], sq[col]);
-        if constexpr (kDvFirst) {
-          s[n][e] = visible ? ptx::ex2(fmaf(s[n][e], s_comb, -lse2[col])) : 0.0f;
-        } else {
-          const PairGrad pg = pair_grad(s[n][e], dp[n][e], s_comb, __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
-          s[n][e] = visible ? pg.p : 0.0f;
-          dp[n][e] = visible ? pg.ds : 0.0f;
-        }
+    for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int r, bool visible) {
+      const float s_comb = __fmul_rn(skc_row[r], sq[col]);
+      if constexpr (kDvFirst) {
+        s[n][e] = visible ? ptx::ex2(fmaf(s[n][e], s_comb, -lse2[col])) : 0.0f;
+      } else {
+        const PairGrad pg = pair_grad(s[n][e], dp[n][e], s_comb, __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
+        s[n][e] = visible ? pg.p : 0.0f;
+        dp[n][e] = visible ? pg.ds : 0.0f;
       }
+    });
     TokenOperand<true> pv = token_operand<true>(s);
     if constexpr (kDvFirst) {
       chain_token_product<D>(dv, pv, st + S::kDot);
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
-          const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
-          const float ds = __fmul_rn(s[n][e], fmaf(dp[n][e], __fmul_rn(sdo[col], sv_row[r]), -dvec[col]));
-          dp[n][e] = visible ? ds : 0.0f;
-        }
+      // dS = P (dP - D): pair_grad's second half, on the P just formed.
+      for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int r, bool visible) {
+        const float ds = __fmul_rn(s[n][e], fmaf(dp[n][e], __fmul_rn(sdo[col], sv_row[r]), -dvec[col]));
+        dp[n][e] = visible ? ds : 0.0f;
+      });
     }
     TokenOperand<true> ds = token_operand<true>(dp);
     const uint32_t dk_b = st + S::kQt;
@@ -564,17 +570,12 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     }
   } else {
     // fp8: in place, s <- Pᵀ * sdo / sigma (dV's operand) and dp <- dSᵀ * sq (dK's).
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
-        const bool visible = !kMask || mask.visible(m0 + col, j0 + 8 * r);
-        const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(skc_row[r], sq[col]),
-                                      __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
-        s[n][e] = visible ? __fmul_rn(pg.p, __fmul_rn(sdo[col], inv_sigma)) : 0.0f;
-        dp[n][e] = visible ? __fmul_rn(pg.ds, sq[col]) : 0.0f;
-      }
+    for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int r, bool visible) {
+      const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(skc_row[r], sq[col]),
+                                    __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
+      s[n][e] = visible ? __fmul_rn(pg.p, __fmul_rn(sdo[col], inv_sigma)) : 0.0f;
+      dp[n][e] = visible ? __fmul_rn(pg.ds, sq[col]) : 0.0f;
+    });
     // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
     // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
     // (or both sums by FMA) ptxas spills the packed operand or an accumulator in the loop.
