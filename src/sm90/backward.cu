@@ -76,7 +76,6 @@ struct BwdArgs {
   CUtensorMap qt_cols;    // qt [Hq * D][Tpad]: FP8 (fp8) or BF16 (fp8_mixed, 128-byte boxes)
   CUtensorMap kt_cols;    // kt [Hkv * D][Tpad]
   CUtensorMap dot8_cols;  // dot8 [Hq * D][Tpad]
-  CUtensorMap dq_acc_box;  // the fused dQ's accumulator [T][Hq][D] FP32, box 32 x 1 x 64, 128-byte swizzle
   // The tiles loaded once per CTA (cp.async).
   const uint8_t* q8;    // [T, Hq, D]
   const uint8_t* k8;    // [T, Hkv, D]
@@ -336,19 +335,15 @@ __device__ __forceinline__ void own_rows_ready() {
 // dK / dV
 // =====================================================================================
 
-// The fused dQ's staging box: 64 rows of 32 FP32 columns (128 bytes, one 128-byte swizzle span).
-constexpr int kFusedStagingBox = kTileTokens * 32 * 4;
-
 template <int D, bool kMixed, bool kFused = false>
 struct DkdvSmem {
   static constexpr int kStages = kFused ? 2 : kBwdStages;
-  // Warpgroup w's keys at keys(w): its K (A of Sᵀ) and V (A of dPᵀ) tiles and key scales
-  // (the fused dQ keeps a thread's four key scales in registers: its shared memory is full).
+  // Warpgroup w's keys at keys(w): its K (A of Sᵀ) and V (A of dPᵀ) tiles and key scales.
   static constexpr int kK = 0;
   static constexpr int kV = kK + ScoreTile<D>::kBytes;
   static constexpr int kSk = kV + ScoreTile<D>::kBytes;
   static constexpr int kSv = kSk + kScalarTileBytes;
-  static constexpr int kKeyBytes = kFused ? kSk : kSv + kScalarTileBytes;
+  static constexpr int kKeyBytes = kSv + kScalarTileBytes;
   static constexpr int keys(int w) { return w * kKeyBytes; }
   // The fused dQ only. The CTA's Kᵀ in BF16 (B of dQ = dS K): chunk w holds warpgroup w's 64
   // keys, D rows of 128 bytes as the quantizer's transposed copy lands by TMA. Two dS
@@ -372,18 +367,12 @@ struct DkdvSmem {
   static constexpr int kLseT = kSdoT + kScalarTileBytes;
   static constexpr int kDvecT = kLseT + kScalarTileBytes;
   static constexpr int kStageBytes = align_up(kDvecT + kScalarTileBytes, kSwizzleAlign);
-  // The fused dQ: warpgroup w's FP32 partial of a step at staging(w), two boxes of 64 rows x 32
-  // columns (8 KiB each, 128-byte swizzle) that TMA adds into the accumulator.
-  static constexpr int kStaging = kStage0 + kStages * kStageBytes;
-  static constexpr int kFull = kStaging + (kFused ? kDkdvWarpgroups * 2 * kFusedStagingBox : 0);  // the ring's mbarriers
+  static constexpr int kFull = kStage0 + kStages * kStageBytes;  // the ring's mbarriers
   static constexpr int kEmpty = kFull + 8 * kStages;
   static constexpr int kKtFull = kEmpty + 8 * kStages;  // the fused dQ's Kᵀ landed
   static constexpr int kBytes = kKtFull + 8;
-  // The layout needs a 1024-byte aligned start: the dynamic window is rounded up to it, which
-  // costs up to 1 KiB the fused dQ has not got; its kernel checks that the window starts aligned.
-  static constexpr int kAlloc = kBytes + (kFused ? 0 : kSwizzleAlign);
+  static constexpr int kAlloc = kBytes + kSwizzleAlign;
   static_assert(kAlloc <= 227 * 1024, "the dK/dV pass's shared memory");
-  static constexpr int staging(int w) { return kStaging + w * 2 * kFusedStagingBox; }
   static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
   static constexpr int full(int s) { return kFull + 8 * s; }
   static constexpr int empty(int s) { return kEmpty + 8 * s; }
@@ -402,20 +391,11 @@ struct FusedDq {
   uint32_t kt;         // this warpgroup's D/2 rows of the CTA's Kᵀ chunk 0 (chunk c at + c * kKtChunk);
                        // a chunk past the document holds finite values (TMA's zeros, the next
                        // document's, padding), which meet zeros of dS
-  uint32_t staging;    // this warpgroup's two staging boxes (DkdvSmem::staging)
-  const CUtensorMap* acc;  // the accumulator's map (BwdArgs::dq_acc_box)
-  int col0;            // this warpgroup's first column of dQ (D/2 of them)
-  int head;            // the step's query head
-  int row0;            // the step's first query row (packed token index)
-  const float* sk;     // this warpgroup's key scales sk, sv from its first key on, valid_k of them:
-  const float* sv;     // read from global memory (L1) each step, as the shared memory is full
-  int valid_k;
+  float* rows;         // the accumulator at the query tile's first row, head and this warpgroup's columns
+  int64_t row_stride;  // Hq * D
+  int valid_rows;      // rows of the query tile inside the document
 };
-// Both warpgroups' dS stored (CTA-wide); a warpgroup's partial staged (its own barrier).
 constexpr int kFusedDqBarrier = warpgroup::kFirstNamedBarrier;
-constexpr int kFusedStagedBarrier = warpgroup::kFirstNamedBarrier + 1;
-// The thread of a warpgroup that issues its reductions (and so waits for them).
-__device__ __forceinline__ bool fused_issuer() { return (threadIdx.x & (kThreads - 1)) == 0; }
 
 // Warpgroup w's dS operand (registers: rows = its 64 keys, columns = the 64 queries, as
 // pack_bf16_a lays them out) into its chunk of the dS buffer, transposed: query rows of 64
@@ -435,11 +415,8 @@ __device__ __forceinline__ void store_ds_transposed(uint32_t chunk, const uint32
 
 // After both warpgroups stored their dS (each fenced its stores for the async proxy): this
 // warpgroup's dQ partial, dq = dS · K[:, its D/2 columns], issued as one committed group.
-// The previous step's reductions have read this warpgroup's staging before the barrier, so
-// every thread may write it again once the barrier is passed.
 template <int D, class S>
 __device__ __forceinline__ void issue_fused_dq(float (&dq)[D / 16][4], const FusedDq& fz) {
-  if (fused_issuer()) tma::bulk_wait_read<0>();
   warpgroup::bar_sync(kFusedDqBarrier, kDkdvThreads);
   wgmma::fence();
 #pragma unroll
@@ -454,31 +431,17 @@ __device__ __forceinline__ void issue_fused_dq(float (&dq)[D / 16][4], const Fus
   wgmma::commit();
 }
 
-// The partial into this warpgroup's staging boxes (box n / 4 holds its columns 32 (n / 4) ..;
-// 16-byte chunk c of row r at c ^ (r % 8), TMA's 128-byte swizzle), then one thread adds both
-// boxes to the accumulator rows of the query tile: the L2 performs the adds. Rows past the
-// document are zeros (their dS is masked) and add nothing to the next document's rows; rows
-// past the tensor are not written (TMA clips the box).
+// The partial's rows inside the document, added to the accumulator (8 bytes a reduction).
 template <int D>
 __device__ __forceinline__ void reduce_fused_dq(const FusedDq& fz, const float (&dq)[D / 16][4]) {
-  const int q = lane_id() & 3;
+  const int row0 = 16 * (warp_id() & 3) + (lane_id() >> 2), q = lane_id() & 3;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const uint32_t row = uint32_t(16 * (warp_id() & 3) + (lane_id() >> 2) + 8 * r);
+    const int row = row0 + 8 * r;
+    if (row >= fz.valid_rows) continue;
+    float* p = fz.rows + row * fz.row_stride + 2 * q;
 #pragma unroll
-    for (int n = 0; n < D / 16; ++n) {
-      const uint32_t chunk = uint32_t(2 * (n & 3) + (q >> 1));
-      const uint32_t at = fz.staging + uint32_t((n >> 2) * kFusedStagingBox) + row * 128u +
-                          ((chunk ^ (row & 7u)) << 4) + uint32_t(q & 1) * 8u;
-      ptx::st_shared_v2(at, dq[n][2 * r], dq[n][2 * r + 1]);
-    }
-  }
-  wgmma::fence_proxy_async();  // the stores, visible to the TMA engine
-  warpgroup::bar_sync(kFusedStagedBarrier + warpgroup::index(), kThreads);
-  if (fused_issuer()) {
-    tma::reduce_add_3d(*fz.acc, fz.staging, fz.col0, fz.head, fz.row0);
-    tma::reduce_add_3d(*fz.acc, fz.staging + uint32_t(kFusedStagingBox), fz.col0 + 32, fz.head, fz.row0);
-    tma::bulk_commit();
+    for (int n = 0; n < D / 16; ++n) ptx::red_add_v2(p + 8 * n, dq[n][2 * r], dq[n][2 * r + 1]);
   }
 }
 
@@ -532,14 +495,8 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int j = row0 + (lane_id() >> 2) + 8 * r;
-    if constexpr (kFused) {
-      // Zero past the document, as the other kernels' zero-filled scale tiles give.
-      skc_row[r] = j < fz.valid_k ? __fmul_rn(__ldg(fz.sk + j), c) : 0.0f;
-      sv_row[r] = j < fz.valid_k ? __ldg(fz.sv + j) : 0.0f;
-    } else {
-      skc_row[r] = __fmul_rn(reinterpret_cast<const float*>(smem + keys + S::kSk)[j], c);
-      sv_row[r] = reinterpret_cast<const float*>(smem + keys + S::kSv)[j];
-    }
+    skc_row[r] = __fmul_rn(reinterpret_cast<const float*>(smem + keys + S::kSk)[j], c);
+    sv_row[r] = reinterpret_cast<const float*>(smem + keys + S::kSv)[j];
   }
 
   TileAcc s, dp;  // Sᵀ and dPᵀ: rows = keys, columns = queries
@@ -669,12 +626,6 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   const int steps = group * num_query_tiles;  // (query head, query tile), head-major
   const DocMask mask{dt.len, a.causal};
   uint8_t* smem = swizzle_aligned(smem_raw);
-  // The fused dQ's layout fills the shared memory without the rounding slack: a kernel with
-  // no static shared memory gets its dynamic window 1024-aligned, and anything else would
-  // overrun it, so it stops here.
-  if constexpr (kFused) {
-    if (smem != smem_raw) __trap();
-  }
   const uint32_t base = ptx::smem_addr(smem);
   if (kFused && elected_thread()) mbar::init(base + S::kKtFull, 1);  // published by the barrier below
   init_stage_barriers<S::kStages>(base + S::full(0), base + S::empty(0), kDkdvThreads);
@@ -701,10 +652,8 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     load_kmajor_rows<D>(kb + S::kV, a.v8 + kv_off, kv_row, valid_k);
     const int64_t tok_off = hk * a.total_tokens + dt.tok0 + kw0;
     const int i = tile_tid();
-    if constexpr (!kFused) {
-      if (i < kTileTokens) load_scalar(kb + S::kSk, a.sk + tok_off, valid_k, i);
-      else load_scalar(kb + S::kSv, a.sv + tok_off, valid_k, i - kTileTokens);
-    }
+    if (i < kTileTokens) load_scalar(kb + S::kSk, a.sk + tok_off, valid_k, i);
+    else load_scalar(kb + S::kSv, a.sv + tok_off, valid_k, i - kTileTokens);
   }
   ptx::cp_async_commit();
 
@@ -756,6 +705,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     for (int e = 0; e < 4; ++e) dk[c][e] = dv[c][e] = 0.0f;
 
   // The fused dQ: the CTA's Kᵀ has landed before the first product reads it.
+  [[maybe_unused]] const int64_t q_row = int64_t(a.hq) * D;
   if constexpr (kFused) mbar::wait(base + S::kKtFull, 0);
 
   for (int step = 0; step < steps; ++step) {
@@ -765,21 +715,13 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     // The step's tiles and values landed. Every thread waits, also in steps its warpgroup
     // skips: a parity wait only tells consecutive phases apart.
     mbar::wait(base + S::full(use.index), use.phase);
-    // The fused dQ's step (formed here each step, from values uniform across the warpgroup:
-    // kept across the loop they cost registers the pass has not got).
     FusedDq fz{};
     if constexpr (kFused) {
       fz.ds_buffer = base + S::kDs + (step & 1) * S::kDsBuffer;
       fz.kt = base + S::kKt + wg * (D / 2) * kBf16ColRowBytes;
-      fz.staging = base + S::staging(wg);
-      fz.acc = &a.dq_acc_box;
-      fz.col0 = wg * (D / 2);
-      fz.head = cur.h;
-      fz.row0 = int(dt.tok0) + m0;
-      const int64_t key0 = hk * a.total_tokens + dt.tok0 + kw0;
-      fz.sk = a.sk + key0;
-      fz.sv = a.sv + key0;
-      fz.valid_k = valid_k;
+      fz.rows = a.dq_acc + (dt.tok0 + m0) * q_row + cur.h * D + wg * (D / 2);
+      fz.row_stride = q_row;
+      fz.valid_rows = dt.len - m0;
     }
     // Causal: query tile m sees this warpgroup's keys only from m = nw on (warpgroup 0's
     // always, from m_first on).
@@ -797,10 +739,6 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     release_stage(base + S::empty(use.index));
     use.advance();
     cur = next;
-  }
-  // The fused dQ: the last reductions done before the CTA's shared memory goes.
-  if constexpr (kFused) {
-    if (fused_issuer()) tma::bulk_wait<0>();
   }
 
   // Every key row of the document is written, also those no query sees (zeros).
@@ -1159,14 +1097,6 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
     return failed("tensor map qt", err);
   if ((err = encode_col_map(&a.kt_cols, kt, layout.tpad, p.hkv, p.head_dim, qk_bytes)) != cudaSuccess)
     return failed("tensor map kt", err);
-  if (fused) {
-    // The fused dQ's accumulator [T][Hq][D] FP32, reduced into by boxes of 64 rows x 32 columns.
-    const uint64_t dims[3] = {uint64_t(p.head_dim), uint64_t(p.hq), uint64_t(T)};
-    const uint64_t strides[2] = {uint64_t(p.head_dim) * 4, uint64_t(p.hq) * p.head_dim * 4};
-    const uint32_t box[3] = {32, 1, uint32_t(kTileTokens)};
-    if ((err = encode_f32_map(&a.dq_acc_box, ws + ws_layout.dq_acc, 3, dims, strides, box, 128)) != cudaSuccess)
-      return failed("tensor map dq_acc", err);
-  }
   a.sq = reinterpret_cast<const float*>(base + layout.sq);
   a.sk = reinterpret_cast<const float*>(base + layout.sk);
   a.sv = reinterpret_cast<const float*>(base + layout.sv);

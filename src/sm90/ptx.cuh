@@ -61,10 +61,10 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, ui
                : "memory");
 }
 
-// ---- shared-memory stores -------------------------------------------------------------------
-// Two FP32 values at a shared address (8-byte aligned).
-__device__ __forceinline__ void st_shared_v2(uint32_t addr, float a, float b) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+// ---- reductions to global memory ----------------------------------------------------------
+// p[0] += a, p[1] += b in FP32 (8-byte aligned), no value returned: the L2 performs the adds.
+__device__ __forceinline__ void red_add_v2(float* p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
 
 // ---- tensor-core MMA (warp-wide) -------------------------------------------------------

@@ -2,7 +2,7 @@
 // described by a CUtensorMap kernel parameter, lands in shared memory in the layout (and
 // swizzle) the map declares and signals an mbarrier with its byte count. Elements outside
 // the tensor are filled with zeros. PTX ISA "cp.async.bulk.tensor"; the maps are encoded on
-// the host (launch/tensor_map.cu).
+// the host (launch/tensor_maps.cpp).
 #pragma once
 
 #include <cstdint>
@@ -38,27 +38,6 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap& map, ui
       " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
       "l"(map_address(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
-}
-
-// Adds a box of shared memory, laid out (and swizzled) as the map declares, into the global
-// tensor: the L2 performs the adds, in the map's element type. The issuing thread tracks
-// completion by bulk groups: commit, then wait until the source has been read (wait_read)
-// before it is written again, or until the adds are done (wait).
-__device__ __forceinline__ void reduce_add_3d(const CUtensorMap& map, uint32_t src, int c0, int c1, int c2) {
-  asm volatile(
-      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
-      " [%0, {%2, %3, %4}], [%1];\n" ::"l"(map_address(map)),
-      "r"(src), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-template <int N>
-__device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 }  // namespace tma

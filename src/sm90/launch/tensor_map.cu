@@ -22,8 +22,10 @@ EncodeTiled encode_fn() {
   return fn;
 }
 
-cudaError_t encode_map(CUtensorMap* map, CUtensorMapDataType type, const void* base, int rank, const uint64_t* dims,
-                       const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes) {
+}  // namespace
+
+cudaError_t encode_u8_map(CUtensorMap* map, const void* base, int rank, const uint64_t* dims,
+                          const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes) {
   const EncodeTiled encode = encode_fn();
   if (encode == nullptr) return cudaErrorNotSupported;
   cuuint64_t d[5], s[4];
@@ -37,24 +39,12 @@ cudaError_t encode_map(CUtensorMap* map, CUtensorMapDataType type, const void* b
   const CUtensorMapSwizzle swizzle = swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                            : CU_TENSOR_MAP_SWIZZLE_NONE;
-  const CUresult r = encode(map, type, cuuint32_t(rank), const_cast<void*>(base), d, s, b,
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, cuuint32_t(rank), const_cast<void*>(base), d, s, b,
                             e, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   // The driver's codes and the runtime's agree in number for what encoding can return
   // (1 invalid value, 201 invalid context, ...), so the reason reaches the message.
   return static_cast<cudaError_t>(r);
-}
-
-}  // namespace
-
-cudaError_t encode_u8_map(CUtensorMap* map, const void* base, int rank, const uint64_t* dims,
-                          const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes) {
-  return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, base, rank, dims, strides_bytes, box, swizzle_bytes);
-}
-
-cudaError_t encode_f32_map(CUtensorMap* map, const void* base, int rank, const uint64_t* dims,
-                           const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes) {
-  return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, base, rank, dims, strides_bytes, box, swizzle_bytes);
 }
 
 }  // namespace sm90

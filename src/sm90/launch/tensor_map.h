@@ -16,10 +16,6 @@ namespace sm90 {
 // read as zero.
 cudaError_t encode_u8_map(CUtensorMap* map, const void* base, int rank, const uint64_t* dims,
                           const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes);
-// The same over an FP32 tensor (dims and box in elements): the fused dQ's accumulator, which
-// TMA reduce-adds into (the add's type is the map's).
-cudaError_t encode_f32_map(CUtensorMap* map, const void* base, int rank, const uint64_t* dims,
-                           const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes);
 
 }  // namespace sm90
 }  // namespace flamia
