@@ -111,6 +111,7 @@ struct Variant {
   int headroom;
   Accumulation pv;
   bool long_backward;  // also run on the long document's full backward (the costly workload)
+  PvOperand operand = PvOperand::Fp8;
 };
 
 const Variant kVariants[] = {
@@ -120,6 +121,9 @@ const Variant kVariants[] = {
     {"A+B: chained, running keys", PvFold::Chained, PScale::RunningKeys, 0, Accumulation::Wgmma, true},
     {"A+B, headroom 2^2", PvFold::Chained, PScale::RunningKeys, 2, Accumulation::Wgmma, false},
     {"A with FP32 adds (diagnostic)", PvFold::Chained, PScale::RunningMax, 0, Accumulation::Fp32, false},
+    {"C: P·V in BF16, chained", PvFold::Chained, PScale::TileKeys, 0, Accumulation::Wgmma, true, PvOperand::Bf16},
+    {"C with FP32 adds (diagnostic)", PvFold::Chained, PScale::TileKeys, 0, Accumulation::Fp32, false,
+     PvOperand::Bf16},
 };
 
 EmulationConfig variant_config(const Variant& v, flamia_recipe recipe) {
@@ -129,6 +133,7 @@ EmulationConfig variant_config(const Variant& v, flamia_recipe recipe) {
   cfg.fwd.p_scale = v.p_scale;
   cfg.fwd.p_headroom_log2 = v.headroom;
   cfg.arith.pv = v.pv;
+  cfg.fwd.pv_operand = v.operand;
   return cfg;
 }
 

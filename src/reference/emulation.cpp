@@ -44,10 +44,14 @@ void validate(const EmulationConfig& cfg) {
     throw std::invalid_argument(
         "EmulationConfig::fwd.p_ref: PRef::Tile needs fold = PvFold::Fresh and a tile-local p_scale "
         "(PScale::TileMax or PScale::TileKeys)");
-  if (o.fold == PvFold::Chained && !(o.p_scale == PScale::RunningMax || o.p_scale == PScale::RunningKeys))
+  if (o.pv_operand == PvOperand::Fp8 && o.fold == PvFold::Chained &&
+      !(o.p_scale == PScale::RunningMax || o.p_scale == PScale::RunningKeys))
     throw std::invalid_argument(
         "EmulationConfig::fwd.p_scale: PvFold::Chained needs PScale::RunningMax or PScale::RunningKeys "
         "(a tile-local sigma can shrink without bound between tiles and overflow the carried accumulator)");
+  if (o.pv_operand == PvOperand::Bf16 && (cfg.scheme != Scheme::PerToken || o.p_ref != PRef::Running))
+    throw std::invalid_argument(
+        "EmulationConfig::fwd.pv_operand: PvOperand::Bf16 needs scheme = Scheme::PerToken and p_ref = PRef::Running");
 }
 
 namespace {
@@ -294,7 +298,9 @@ void visit_tiles(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
   const ForwardOptions& opt = cx.cfg->fwd;
   const bool fp8 = cx.cfg->scheme != Scheme::Bf16;
   const bool tile_local = opt.p_ref == PRef::Tile;
-  const tc::StepRule& rule = wgmma_rule(cx.cfg->scheme);
+  const bool bf16_pv = opt.pv_operand == PvOperand::Bf16;
+  // S's wgmma rule is the scheme's; the P·V product's is BF16's under option C.
+  const tc::StepRule& rule = bf16_pv ? tc::kHopperBF16 : wgmma_rule(cx.cfg->scheme);
   const float c = cx.c;
   const float* qi = cx.q->row(base + i, h);
   const float sq = cx.q->s(base + i, h);
@@ -326,7 +332,10 @@ void visit_tiles(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     // >= every p_j of the tile: p is taken against pc (mc, or the tile's own maximum with
     // tile-local P, whose pm then depends on the tile alone). Read by the key rules only.
     const float pm = std::exp2(std::fmaf(tile_local ? tile_max : m_new, c, -pc));
-    if (fp8 && key_p_scale(opt.p_scale)) {
+    if (bf16_pv) {
+      // Option C: p (<= pm, about 1) as BF16; V's scale does not enter (its BF16 values do).
+      for (int j = 0; j < w; ++j) p_buf[j] = fmt::round_bf16(p_buf[j]);
+    } else if (fp8 && key_p_scale(opt.p_scale)) {
       // The key rules know sigma before any p: codes e4m3(p_j * (sv[j] / sigma)), sv[j] / sigma
       // exact (powers of two), so that a kernel can scale the keys once for all rows.
       sigma_t = p_scale(opt, nullptr, sv_buf, w, alpha, pm, &bound);
@@ -343,7 +352,7 @@ void visit_tiles(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     // keys in ascending order (the kernel's P operand holds keys 32 s .. 32 s + 31 in step s;
     // masked keys are zero products, and trailing all-zero steps leave a step's result
     // unchanged).
-    const float* v0 = cx.v->row(base + n0, kvh);
+    const float* v0 = bf16_pv ? cx.v->bf16_row(base + n0, kvh) : cx.v->row(base + n0, kvh);
     const int v_stride = cx.v->heads * D;
     const bool first = n0 == n_begin;
     if (opt.fold == PvFold::Fresh) {

@@ -97,11 +97,19 @@ enum class PScale {
 // key chunks may be computed apart and merged (docs/CONTEXT_PARALLEL.md).
 enum class PRef { Running, Tile };
 
+// The operands of the forward's P·V product (§2 steps 5-6, §7).
+enum class PvOperand {
+  Fp8,  // P8 = e4m3(p * sv / sigma) times V's FP8 codes (E4M3 wgmma)
+  Bf16  // option C: bf16(p) times V's BF16 input values (BF16 wgmma): no P scale (sigma = 1,
+        // p_scale unused), no V scale; with the chained fold each k16 step keeps 23 fraction bits
+};
+
 struct ForwardOptions {
   PRef p_ref = PRef::Running;
   PvFold fold = PvFold::Fresh;
   PScale p_scale = PScale::TileKeys;
   int p_headroom_log2 = 0;  // sigma times 2^k, k in [0, 8]: P8 stays below 448 / 2^k
+  PvOperand pv_operand = PvOperand::Fp8;
 };
 
 struct EmulationConfig {
@@ -113,7 +121,8 @@ struct EmulationConfig {
 };
 
 // Throws std::invalid_argument naming the field when cfg.fwd is not a valid combination
-// (PvFold::Chained needs a running P scale, see ALGORITHM.md §7). The emulate_* functions call it.
+// (PvFold::Chained needs a running P scale with FP8 P, see ALGORITHM.md §7; PvOperand::Bf16 needs
+// the per-token scheme). The emulate_* functions call it.
 void validate(const EmulationConfig& cfg);
 
 // The specification. Inputs and outputs are BF16 bit patterns (uint16_t), lse FP32.
