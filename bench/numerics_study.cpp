@@ -112,6 +112,7 @@ struct Variant {
   Accumulation pv;
   bool long_backward;  // also run on the long document's full backward (the costly workload)
   PvOperand operand = PvOperand::Fp8;
+  bool dp_bf16 = false;  // the backward's dP on BF16 dO and V
 };
 
 const Variant kVariants[] = {
@@ -124,6 +125,8 @@ const Variant kVariants[] = {
     {"C: P·V in BF16, chained", PvFold::Chained, PScale::TileKeys, 0, Accumulation::Wgmma, true, PvOperand::Bf16},
     {"C with FP32 adds (diagnostic)", PvFold::Chained, PScale::TileKeys, 0, Accumulation::Fp32, false,
      PvOperand::Bf16},
+    {"C, backward dP in BF16", PvFold::Chained, PScale::TileKeys, 0, Accumulation::Wgmma, true, PvOperand::Bf16, true},
+    {"backward dP in BF16 alone", PvFold::Fresh, PScale::TileKeys, 0, Accumulation::Wgmma, true, PvOperand::Fp8, true},
 };
 
 EmulationConfig variant_config(const Variant& v, flamia_recipe recipe) {
@@ -134,6 +137,7 @@ EmulationConfig variant_config(const Variant& v, flamia_recipe recipe) {
   cfg.fwd.p_headroom_log2 = v.headroom;
   cfg.arith.pv = v.pv;
   cfg.fwd.pv_operand = v.operand;
+  cfg.dp_bf16 = v.dp_bf16;
   return cfg;
 }
 

@@ -49,6 +49,8 @@ void validate(const EmulationConfig& cfg) {
     throw std::invalid_argument(
         "EmulationConfig::fwd.p_scale: PvFold::Chained needs PScale::RunningMax or PScale::RunningKeys "
         "(a tile-local sigma can shrink without bound between tiles and overflow the carried accumulator)");
+  if (cfg.dp_bf16 && cfg.scheme != Scheme::PerToken)
+    throw std::invalid_argument("EmulationConfig::dp_bf16: needs scheme = Scheme::PerToken");
   if (o.pv_operand == PvOperand::Bf16 && (cfg.scheme != Scheme::PerToken || o.p_ref != PRef::Running))
     throw std::invalid_argument(
         "EmulationConfig::fwd.pv_operand: PvOperand::Bf16 needs scheme = Scheme::PerToken and p_ref = PRef::Running");
@@ -178,10 +180,10 @@ float round_tile_operand(float* x, int n, bool to_fp8) {
 // Rows [0, n) of one (document, head) of an operand, transposed to [D][n], so that a
 // query row's dot products with many keys vectorize across keys while each one still
 // sums over d in ascending order.
-std::vector<float> transpose_rows(const Operand& op, int64_t base, int n, int h) {
+std::vector<float> transpose_rows(const Operand& op, int64_t base, int n, int h, bool bf16 = false) {
   std::vector<float> tr(size_t(op.dim) * n);
   for (int j = 0; j < n; ++j) {
-    const float* r = op.row(base + j, h);
+    const float* r = bf16 ? op.bf16_row(base + j, h) : op.row(base + j, h);
     for (int d = 0; d < op.dim; ++d) tr[size_t(d) * n + j] = r[d];
   }
   return tr;
@@ -534,7 +536,9 @@ PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const O
   pm.P.assign(size_t(L) * L, 0.0f);
   pm.dS.assign(size_t(L) * L, 0.0f);
   const std::vector<float> kt = transpose_rows(k8, base, L, kvh);
-  const std::vector<float> vt = transpose_rows(v8, base, L, kvh);
+  // dP on BF16 dO and V (cfg.dp_bf16): their input values, scales 1, BF16 wgmma steps.
+  const bool dp_bf16 = cfg.dp_bf16;
+  const std::vector<float> vt = transpose_rows(v8, base, L, kvh, dp_bf16);
   for_rows(L, [&](int first, int stride) {
     std::vector<float> s(L), dp(L);
     for (int i = first; i < L; i += stride) {
@@ -543,15 +547,19 @@ PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const O
       const int64_t ti = base + i;
       raw_scores(cfg, q8.row(ti, h), kt.data(), k8, base, kvh, L, D, 0, jend, s.data());
       // dP (and the kernels' dPᵀ): the same chain of steps over D as S.
-      row_dots(cfg.arith.bwd, cfg.scheme, do8.row(ti, h), vt.data(), [&](int j) { return v8.row(base + j, kvh); }, L,
-               D, 0, jend, dp.data());
+      if (dp_bf16)
+        row_dots(cfg.arith.bwd, Scheme::Bf16, do8.bf16_row(ti, h), vt.data(),
+                 [&](int j) { return v8.bf16_row(base + j, kvh); }, L, D, 0, jend, dp.data());
+      else
+        row_dots(cfg.arith.bwd, cfg.scheme, do8.row(ti, h), vt.data(), [&](int j) { return v8.row(base + j, kvh); },
+                 L, D, 0, jend, dp.data());
       // S c = s (sk c) sq and dP = dp sdo sv with the powers of two multiplied first (exact,
       // so each of exp2's argument and dP - D keeps its one rounding), as the kernels do.
-      const float sq = q8.s(ti, h), sdo = do8.s(ti, h);
+      const float sq = q8.s(ti, h), sdo = dp_bf16 ? 1.0f : do8.s(ti, h);
       for (int j = 0; j < jend; ++j) {
         const float P = std::exp2(std::fmaf(s[j], (k8.s(base + j, kvh) * c) * sq, -lse2[i]));
         pm.P[size_t(i) * L + j] = P;
-        pm.dS[size_t(i) * L + j] = P * std::fmaf(dp[j], sdo * v8.s(base + j, kvh), -Drow[i]);
+        pm.dS[size_t(i) * L + j] = P * std::fmaf(dp[j], sdo * (dp_bf16 ? 1.0f : v8.s(base + j, kvh)), -Drow[i]);
       }
     }
   });
@@ -757,6 +765,7 @@ void emulate_backward(const Problem& p, const EmulationConfig& cfg, const uint16
                       const uint16_t* k, const uint16_t* v, const uint16_t* dout,
                       const uint16_t* out, const float* lse, uint16_t* dq, uint16_t* dk,
                       uint16_t* dv) {
+  validate(cfg);
   backward(p, cfg, q, k, v, dout, out, lse, 0, dq, dk, dv);
 }
 

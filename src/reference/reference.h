@@ -118,6 +118,10 @@ struct EmulationConfig {
   Tiling tiling;
   Arithmetic arith;
   ForwardOptions fwd;
+  // The backward's dP = dO Vᵀ on dO's and V's BF16 values (scales 1, BF16 wgmma) instead of
+  // their FP8 codes: with fwd.pv_operand = Bf16, the V that made O (and so D = rowsum(dO O))
+  // is the V of dP again (NUMERICS.md §7). Per-token scheme only.
+  bool dp_bf16 = false;
 };
 
 // Throws std::invalid_argument naming the field when cfg.fwd is not a valid combination

@@ -290,6 +290,14 @@ TEST(ForwardOptions, Bf16PvMakesOMoreAccurate) {
     EXPECT_LT(std::fabs(e.dv - e0.dv), 1e-3);  // dV takes P and dO only
   }
   EXPECT_LT(rel_diff(outs[0].o, outs[1].o), 2e-3) << "chained BF16 steps against the fresh fold";
+  // With the backward's dP on BF16 dO and V as well, D and dP see the same V again.
+  EmulationConfig both = bf16_pv_variants()[0].cfg;
+  both.tiling.fwd_block_n = 32;
+  both.dp_bf16 = true;
+  const Errors e = errors(run_emulation(pk, both, true), ex);
+  std::printf("C + dP BF16 O %.5f  dQ %.5f dK %.5f dV %.5f\n", e.o, e.dq, e.dk, e.dv);
+  EXPECT_LT(e.dq, 0.9 * e0.dq);
+  EXPECT_LT(e.dk, 0.9 * e0.dk);
 }
 
 // Option C has no V scale: a NaN in element d of V's row j reaches column d of exactly the
