@@ -106,8 +106,8 @@ enum class PvOperand {
 
 struct ForwardOptions {
   PRef p_ref = PRef::Running;
-  PvFold fold = PvFold::Fresh;
-  PScale p_scale = PScale::TileKeys;
+  PvFold fold = PvFold::Chained;        // option A (§7), the fast forward's
+  PScale p_scale = PScale::RunningKeys;  // options A+B (§7), the fast forward's
   int p_headroom_log2 = 0;  // sigma times 2^k, k in [0, 8]: P8 stays below 448 / 2^k
   PvOperand pv_operand = PvOperand::Fp8;
 };

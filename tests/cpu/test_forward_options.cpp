@@ -384,7 +384,7 @@ TEST(ForwardOptions, TileLocalPChunksMergeToTheOnePassResult) {
   const Pack pk = random_pack({1, 64, 65, 300, 190}, 2, 1, 64, true, 61);
   for (int chunk : {64, 96})
     for (PScale rule : {PScale::TileMax, PScale::TileKeys}) {
-      EmulationConfig tile_local = options(PvFold::Fresh, rule), running;
+      EmulationConfig tile_local = options(PvFold::Fresh, rule), running = options(PvFold::Fresh, rule);
       tile_local.fwd.p_ref = PRef::Tile;
       for (EmulationConfig* cfg : {&tile_local, &running}) cfg->tiling.fwd_block_n = 32;
       SCOPED_TRACE("chunk " + std::to_string(chunk) + (rule == PScale::TileKeys ? ", tile keys" : ", tile max"));

@@ -334,9 +334,13 @@ ref::EmulationConfig spec_config(const Case& c) {
   const auto acc = flamia::sm90::forward_is_wgmma() ? ref::Accumulation::Wgmma : ref::Accumulation::Fp32;
   cfg.arith.s = acc;
   cfg.arith.pv = acc;
-  // The fast forward takes P's scale from the keys' V scales (§2); the reference kernels
-  // from the maximum of p * sv (ALGORITHM.md §7, TileMax).
-  if (!flamia::sm90::forward_p_scale_from_keys()) cfg.fwd.p_scale = ref::PScale::TileMax;
+  // The fast forward chains P·V onto O with the running key rule for P's scale (the
+  // specification's default, ALGORITHM.md §7 A+B); the reference kernels fold a fresh product
+  // and take P's scale from the maximum of p * sv (Fresh, TileMax).
+  if (!flamia::sm90::forward_p_scale_from_keys()) {
+    cfg.fwd.fold = ref::PvFold::Fresh;
+    cfg.fwd.p_scale = ref::PScale::TileMax;
+  }
   return cfg;
 }
 

@@ -4,11 +4,12 @@
 //                     (the definition of S the backward shares);
 //   softmax           fwd_softmax.cuh: online max/sum, p8 = e4m3(p * (sv / sigma)), sigma
 //                     from the keys' V scales (the key-scale warp's, fwd_producer.cuh);
-//   fresh = p8 Vᵀ     wgmma m64nDk32 with A = p8 from registers, 4 k-steps (128 keys) into a
-//                     fresh accumulator;
-//   acc = acc * alpha + sigma * fresh    (FP32; sigma * fresh is exact, so one FMUL + FFMA).
-// Software-pipelined: the P·V of tile n and the S of tile n + 1 are issued together, and the
-// fold of P·V(n) runs while the tensor core computes S(n + 1). The two consumer warpgroups
+//   acc *= factor     O's accumulator into the tile's units of P (option A, ALGORITHM.md §7:
+//                     alpha * sigma_prev / sigma; skipped where it is 1 for the whole warp);
+//   acc += p8 Vᵀ      wgmma m64nDk32 with A = p8 from registers, 4 k-steps (128 keys) chained
+//                     onto O's accumulator (the first tile's from nothing): no fresh
+//                     accumulator and no fold.
+// Software-pipelined: the P·V of tile n and the S of tile n + 1 are issued together. The two consumer warpgroups
 // take turns issuing at D = 128 (ping-pong on two named barriers, one turn a tile): while one
 // warpgroup's softmax runs on the FP32/MUFU pipes, the other's MMAs run on the tensor cores.
 #pragma once
@@ -69,7 +70,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       sq[r] = i < dt.len ? __ldg(p.sq + int64_t(item.h) * p.total_tokens + dt.tok0 + i) : 1.0f;
       sqc[r] = __fmul_rn(sq[r], p.c);
     }
-    float acc[D / 8][4];
+    float acc[D / 8][4];  // O's numerator in units of the last tile's sigma (written by the first P·V)
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
 #pragma unroll
@@ -103,8 +104,8 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     };
 
     // Software pipeline over the key tiles: tile n's P·V and tile n + 1's S are issued in one
-    // turn, so that the tensor core computes S(n + 1) while this warpgroup folds P·V(n), and
-    // the other warpgroup's turn follows a whole tile's MMAs (one handshake a tile, not two).
+    // turn, and the other warpgroup's turn follows a whole tile's MMAs (one handshake a tile,
+    // not two).
     ScoreTile sc;
     TileP tp;
     const int tiles = item.num_key_tiles;
@@ -117,60 +118,55 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       mma::pin(sc);
       softmax(sc, 0, tp);
     }
-    auto issue_pv = [&](float (&fresh)[D / 8][4], int n) {
+    // P·V(n) chained onto acc; the first tile's from nothing (scale-d 0 on its first step).
+    auto issue_pv = [&](int n) {
       const uint32_t stage = base + P::stage(stage_of(n));
       mma::pin(tp.p8);
       mma::fence();
 #pragma unroll
       for (int kk = 0; kk < P::kBlockN / 32; ++kk)
-        mma::rs(fresh, tp.p8[kk], mma::desc<P::kVtRowBytes>(stage + P::kVt, kk), kk > 0);
+        mma::rs(acc, tp.p8[kk], mma::desc<P::kVtRowBytes>(stage + P::kVt, kk), n > 0 || kk > 0);
       mma::commit();
     };
-    // acc = acc * alpha + sigma * fresh, once P·V(n) is done (the caller waited).
-    auto fold = [&](float (&fresh)[D / 8][4], int n) {
-      mma::pin(fresh);
+    // Once P·V(n) is done (the caller waited): the stage is released.
+    auto pv_done = [&](int n) {
+      mma::pin(acc);
       mma::pin(tp.p8);
-      // This warp is done with the stage: every lane's reads of its scales (softmax) are
-      // ordered before lane 0's release by the warp barrier, not only lane 0's own.
+      // Every lane's reads of the stage's scales (softmax) are ordered before lane 0's
+      // release by the warp barrier, not only lane 0's own.
       __syncwarp();
       if (lane == 0) mbar::arrive(empty0 + 8 * stage_of(n));
-      // Once no row of the warp has a new maximum (the common case after the first tiles),
-      // alpha is 1 and acc * alpha == acc: skip the multiply (warp-uniform branch).
-      if (__all_sync(0xffffffffu, tp.alpha[0] == 1.0f && tp.alpha[1] == 1.0f)) {
+    };
+    // Before P·V(n), n > 0 (every MMA of this warpgroup is done): acc *= factor, skipped once
+    // no row of the warp changed its maximum or its sigma (the common case; warp-uniform).
+    auto rescale = [&]() {
+      if (__all_sync(0xffffffffu, tp.factor[0] == 1.0f && tp.factor[1] == 1.0f)) return;
 #pragma unroll
-        for (int d = 0; d < D / 8; ++d)
+      for (int d = 0; d < D / 8; ++d)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], acc[d][e]);
-      } else {
-#pragma unroll
-        for (int d = 0; d < D / 8; ++d)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], __fmul_rn(acc[d][e], tp.alpha[e >> 1]));
-      }
+        for (int e = 0; e < 4; ++e) acc[d][e] = __fmul_rn(acc[d][e], tp.factor[e >> 1]);
     };
     // The steady state has no data-dependent branch around an MMA or a wait (ptxas would
     // serialize the wgmmas), so the last tile is peeled off.
     for (int n = 0; n + 1 < tiles; ++n) {
       mbar::wait(full0 + 8 * stage_of(n + 1), phase_of(n + 1));
-      float fresh[D / 8][4];
       turns.begin();
-      issue_pv(fresh, n);
+      issue_pv(n);
       issue_scores(sc, n + 1);
       turns.end();
       mma::wait<1>();  // P·V(n) done; S(n + 1) may still run
-      fold(fresh, n);
+      pv_done(n);
       mma::wait<0>();
       mma::pin(sc);
       softmax(sc, n + 1, tp);
+      rescale();
     }
     if (tiles > 0) {
-      float fresh[D / 8][4];
       turns.begin();
-      issue_pv(fresh, tiles - 1);
+      issue_pv(tiles - 1);
       turns.end();
       mma::wait<0>();
-      fold(fresh, tiles - 1);
+      pv_done(tiles - 1);
     }
     kv += tiles;
 
@@ -181,16 +177,17 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       continue;
     }
 
-    // Epilogue: O = acc * (1 / l) in bf16 (one division per row, not per element: an IEEE
-    // division is a reciprocal, its refinement and a slow-path check), LSE = (mc + log2 l) *
-    // ln 2; rows past the document are not stored.
+    // Epilogue: O = (acc * sigma) * (1 / l) in bf16, as sigma * (1 / l) (exact: sigma is a
+    // power of two) times acc: one division per row, not per element (an IEEE division is a
+    // reciprocal, its refinement and a slow-path check); LSE = (mc + log2 l) * ln 2; rows past
+    // the document are not stored.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int i = i0 + 8 * r;
       if (i >= dt.len) continue;
       const int64_t tok = dt.tok0 + i;
       uint16_t* o = p.out + (tok * p.hq + item.h) * D + 2 * q;
-      const float inv_l = __frcp_rn(rows.l[r]);
+      const float inv_l = __fmul_rn(rows.sigma[r], __frcp_rn(rows.l[r]));
 #pragma unroll
       for (int d = 0; d < D / 8; ++d)
         *reinterpret_cast<uint32_t*>(o + 8 * d) =

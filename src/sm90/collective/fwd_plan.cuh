@@ -30,9 +30,9 @@ struct Plan {
   // P·V of it, so two stages leave one tile of slack for the loads; more hide HBM latency.
   static constexpr int kStages = D == 128 ? 3 : 4;
   // Registers per thread after setmaxnreg: 128 * 24 + 256 * 240 = 384 * 168, the CTA's
-  // allocation at launch. The consumers hold O (D/2 per thread), the tile's fresh P·V product
-  // (D/2) and the next tile's scores (64, in flight) at once; the producer warp only issues
-  // TMA and copies scales, the key-scale warp scans 4 scales a lane.
+  // allocation at launch. The consumers hold O (D/2 per thread, P·V chained onto it) and the
+  // next tile's scores (64, in flight) at once; the producer warp only issues TMA and copies
+  // scales, the key-scale warp scans 4 scales a lane.
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
 

@@ -29,13 +29,17 @@ struct RowState {
   float m[2] = {-INFINITY, -INFINITY};  // running max of S (NaN-propagating)
   float mc[2] = {0.0f, 0.0f};           // m * c of the last tile
   float l[2] = {0.0f, 0.0f};            // running sum of p
+  float y[2] = {0.0f, 0.0f};            // the running P-scale bound Y (RunningKeys, ALGORITHM.md §7)
+  float sigma[2] = {1.0f, 1.0f};        // sigma of the last tile: the units of O's accumulator
 };
 
-// What one key tile hands to its P·V product: the FP8 A operand, P's per-row scale sigma and
-// the factor alpha that rescales the rows' earlier accumulation.
+// What one key tile hands to its P·V product: the FP8 A operand and the factor that moves O's
+// accumulator into this tile's units before the product is chained onto it (option A,
+// ALGORITHM.md §7: alpha * sigma_prev / sigma; 0 before the first tile, whose product starts
+// from nothing).
 struct TileP {
   uint32_t p8[4][4];  // k32 step kk, register r
-  float sigma[2], alpha[2];
+  float factor[2];
 };
 
 // s: Q·Kᵀ of the tile (raw sums). i0: this lane's first row, n0: the tile's first key, both
@@ -56,12 +60,6 @@ struct KeyScales {
   const float* ypre;  // ypre[j] = max of sv over the document's keys n0 .. n0 + j
   float sigma;
 };
-
-// pm in (0.875, 1.75]: then pow2_scale(pm * Y) = pow2_scale(Y) for every Y a power of two
-// (pow2_scale maps 2^y to 2^(y - 8), 448 = 1.75 * 2^8), so the row's sigma is the tile's.
-// pm = exp2(fmaf(m, c, -fl(m c))) is 1 up to the rounding of m c: it leaves that interval only
-// for |m c| >= 2^21, and NaN (no visible key yet) never is inside.
-__device__ __forceinline__ bool pm_keeps_tile_sigma(float pm) { return pm > 0.875f && pm <= 1.75f; }
 
 // Calls f(n, e, a) for every element [n][e] of the lane's score tile, a the value of the
 // per-key array `keys` (in scales_index order) for the element's column: one float4 load
@@ -118,7 +116,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float& m = tmax[e >> 1][(2 * n + (e & 1)) % kChains];
     m = ptx::max_nan(m, t);
   });
-  float pm[2];
+  float pm[2], alpha[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float tile_max = tmax[r][0];
@@ -127,32 +125,39 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     const float m_new = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tile_max), sq[r]));
     const float mc_new = __fmul_rn(m_new, c);
     // mc_prev = fl(m_prev c), recomputed rather than kept (one register pair fewer in the loop).
-    out.alpha[r] = st.m[r] == -INFINITY ? 0.0f : ptx::ex2(__fsub_rn(__fmul_rn(st.m[r], c), mc_new));  // 1 if m stayed
+    alpha[r] = st.m[r] == -INFINITY ? 0.0f : ptx::ex2(__fsub_rn(__fmul_rn(st.m[r], c), mc_new));  // 1 if m stayed
     pm[r] = ptx::ex2(__fmaf_rn(m_new, c, -mc_new));  // the largest p of the tile
     st.m[r] = m_new;
     st.mc[r] = mc_new;
   }
-  // P's scale (ALGORITHM.md §2 step 5): sigma = pow2_scale(pm * Y), Y the maximum of sv over
-  // the row's visible keys of the tile; for rows that see the whole tile, the tile's.
+  // P's scale, the running key rule (ALGORITHM.md §7, RunningKeys): Y = max(alpha * Y_prev,
+  // pm * y), y the maximum of sv over the row's visible keys of the tile, sigma = pow2_scale(Y).
+  // Where every row's sigma is the tile's own (the key-scale warp's, for rows that see the
+  // whole tile: the common case), P is rounded from its sv / sigma, one multiply a score.
   float sum[2][kChains];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int k = 0; k < kChains; ++k) sum[r][k] = 0.0f;
-  float inv[2];
-  if (!kMask && __all_sync(0xffffffffu, pm_keeps_tile_sigma(pm[0]) && pm_keeps_tile_sigma(pm[1]))) {
-    out.sigma[0] = out.sigma[1] = ks.sigma;
+  float inv[2], sigma[2];
+  bool tile_sigma = true;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + 8 * r;
+    const int last = (mask.causal ? min(i, mask.len - 1) : mask.len - 1) - n0;  // >= 0: the tile is visited
+    const float y = ks.ypre[min(max(last, 0), tiles::kFwdBlockN - 1)];
+    st.y[r] = ptx::max_nan(__fmul_rn(alpha[r], st.y[r]), __fmul_rn(pm[r], y));
+    sigma[r] = fmt::pow2_scale_e4m3(st.y[r]);
+    inv[r] = fmt::pow2_reciprocal(sigma[r]);
+    tile_sigma = tile_sigma && sigma[r] == ks.sigma;
+    // O's accumulator into this tile's units (exact when alpha * sigma_prev is normal).
+    out.factor[r] = __fdiv_rn(__fmul_rn(alpha[r], st.sigma[r]), sigma[r]);
+    st.sigma[r] = sigma[r];
+  }
+  if (!kMask && __all_sync(0xffffffffu, tile_sigma)) {
     inv[0] = inv[1] = 1.0f;
     probabilities<kMask, true>(s, ks, sqc, inv, st, mask, i0, n0, sum);
   } else {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int i = i0 + 8 * r;
-      const int last = (mask.causal ? min(i, mask.len - 1) : mask.len - 1) - n0;  // >= 0: the tile is visited
-      const float y = ks.ypre[min(max(last, 0), tiles::kFwdBlockN - 1)];
-      out.sigma[r] = fmt::pow2_scale_e4m3(__fmul_rn(pm[r], y));
-      inv[r] = fmt::pow2_reciprocal(out.sigma[r]);
-    }
     probabilities<kMask, false>(s, ks, sqc, inv, st, mask, i0, n0, sum);
   }
 #pragma unroll
@@ -160,7 +165,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float row_sum = sum[r][0];
 #pragma unroll
     for (int k = 1; k < kChains; ++k) row_sum = __fadd_rn(row_sum, sum[r][k]);
-    st.l[r] = __fadd_rn(__fmul_rn(st.l[r], out.alpha[r]), quad_sum(row_sum));
+    st.l[r] = __fadd_rn(__fmul_rn(st.l[r], alpha[r]), quad_sum(row_sum));
   }
   // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
   // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
