@@ -117,6 +117,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       mma::wait<0>();
       mma::pin(sc);
       softmax(sc, 0, tp);
+      pack_p8(sc, tp);
     }
     // P·V(n) chained onto acc; the first tile's from nothing (scale-d 0 on its first step).
     auto issue_pv = [&](int n) {
@@ -147,18 +148,23 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
         for (int e = 0; e < 4; ++e) acc[d][e] = __fmul_rn(acc[d][e], tp.factor[e >> 1]);
     };
     // The steady state has no data-dependent branch around an MMA or a wait (ptxas would
-    // serialize the wgmmas), so the last tile is peeled off.
+    // serialize the wgmmas), so the last tile is peeled off. S(n + 1) is issued before P·V(n),
+    // so that the softmax of n + 1 waits only for its scores and runs while the tensor core
+    // computes P·V(n) (FlashAttention-3's intra-warpgroup overlap; with a fresh P·V
+    // accumulator the registers did not allow it, v28); only the packing of its codes, which
+    // overwrites the operand P·V(n) reads, waits for P·V(n).
     for (int n = 0; n + 1 < tiles; ++n) {
       mbar::wait(full0 + 8 * stage_of(n + 1), phase_of(n + 1));
       turns.begin();
-      issue_pv(n);
       issue_scores(sc, n + 1);
+      issue_pv(n);
       turns.end();
-      mma::wait<1>();  // P·V(n) done; S(n + 1) may still run
-      pv_done(n);
-      mma::wait<0>();
+      mma::wait<1>();  // S(n + 1) done; P·V(n) may still run
       mma::pin(sc);
       softmax(sc, n + 1, tp);
+      mma::wait<0>();  // P·V(n) done
+      pv_done(n);
+      pack_p8(sc, tp);
       rescale();
     }
     if (tiles > 0) {

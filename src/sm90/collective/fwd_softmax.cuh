@@ -97,8 +97,9 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
   });
 }
 
-// s: Q·Kᵀ of the tile (raw sums). ks: the tile's key values (KeyScales). i0: this lane's
-// first row, n0: the tile's first key, both document-local. Masks per element only when kMask.
+// s: Q·Kᵀ of the tile (raw sums), left holding the values P8 rounds (pack_p8). ks: the
+// tile's key values (KeyScales). i0: this lane's first row, n0: the tile's first key, both
+// document-local. Masks per element only when kMask. Writes out.factor, not out.p8.
 template <bool kMask>
 __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
@@ -167,8 +168,13 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     for (int k = 1; k < kChains; ++k) row_sum = __fadd_rn(row_sum, sum[r][k]);
     st.l[r] = __fadd_rn(__fmul_rn(st.l[r], alpha[r]), quad_sum(row_sum));
   }
-  // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
-  // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
+}
+
+// The tile's P8 codes from the values softmax_tile left in s: the A operand of k32 step kk,
+// registers 2h + r holding row g + 8 r, keys of 16-key group 2 kk + h in the quantizer's
+// fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1. Apart from softmax_tile so that
+// the consumer can form the next tile's values while P·V still reads this tile's codes.
+__device__ __forceinline__ void pack_p8(const ScoreTile& s, TileP& out) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
