@@ -4,7 +4,7 @@
 # (alternating, so that clock and thermal drift reach every tree alike), and prints per
 # workload, recipe and phase every tree's times, their medians and the change against the
 # first tree (tools/ab_summary.py). Trees are directories holding a copy of the repository
-# (e.g. made with `git archive REV | tar -x -C DIR`); the first is the reference.
+# (tools/make_trees.sh makes them from revisions); the first is the reference.
 #   bash tools/ab_bench.sh DIR_REF DIR [DIR ...]
 # Environment: OUT (default ./out: bench_<tree>_round<k>.json/.txt, build logs, ab_bench.md,
 # ab_bench_runs.json = every run in one file), WORKLOADS (default
