@@ -3,7 +3,7 @@
 # kernels side by side on the same machine: per tree the GPU suite, racecheck/synccheck of two
 # small fuzz cases and flamia_bench on the given workloads; optionally the fuzzer at scale,
 # the Python suite on the GPU and the backward's ncu profile. Trees are directories holding a
-# copy of the repository (e.g. made with `git archive REV | tar -x -C DIR`).
+# copy of the repository (tools/make_trees.sh makes them from revisions).
 #   bash tools/ab_check.sh DIR [DIR ...]
 # Environment: OUT (logs, default ./out), WORKLOADS (default fixed-16k,pack-32k,llama1b-pack),
 # SUITE_FILTER (gtest filter, default all), ITERS (default 10), FUZZ_CASES (default 0: none),
