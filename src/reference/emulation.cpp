@@ -538,6 +538,7 @@ PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const O
   const std::vector<float> kt = transpose_rows(k8, base, L, kvh);
   // dP on BF16 dO and V (cfg.dp_bf16): their input values, scales 1, BF16 wgmma steps.
   const bool dp_bf16 = cfg.dp_bf16;
+  const Scheme dp_scheme = dp_bf16 ? Scheme::Bf16 : cfg.scheme;
   const std::vector<float> vt = transpose_rows(v8, base, L, kvh, dp_bf16);
   for_rows(L, [&](int first, int stride) {
     std::vector<float> s(L), dp(L);
@@ -547,19 +548,18 @@ PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const O
       const int64_t ti = base + i;
       raw_scores(cfg, q8.row(ti, h), kt.data(), k8, base, kvh, L, D, 0, jend, s.data());
       // dP (and the kernels' dPᵀ): the same chain of steps over D as S.
-      if (dp_bf16)
-        row_dots(cfg.arith.bwd, Scheme::Bf16, do8.bf16_row(ti, h), vt.data(),
-                 [&](int j) { return v8.bf16_row(base + j, kvh); }, L, D, 0, jend, dp.data());
-      else
-        row_dots(cfg.arith.bwd, cfg.scheme, do8.row(ti, h), vt.data(), [&](int j) { return v8.row(base + j, kvh); },
-                 L, D, 0, jend, dp.data());
+      row_dots(cfg.arith.bwd, dp_scheme, dp_bf16 ? do8.bf16_row(ti, h) : do8.row(ti, h), vt.data(),
+               [&](int j) { return dp_bf16 ? v8.bf16_row(base + j, kvh) : v8.row(base + j, kvh); }, L, D, 0, jend,
+               dp.data());
       // S c = s (sk c) sq and dP = dp sdo sv with the powers of two multiplied first (exact,
-      // so each of exp2's argument and dP - D keeps its one rounding), as the kernels do.
+      // so each of exp2's argument and dP - D keeps its one rounding), as the kernels do; the
+      // BF16 dP has no scales.
       const float sq = q8.s(ti, h), sdo = dp_bf16 ? 1.0f : do8.s(ti, h);
       for (int j = 0; j < jend; ++j) {
         const float P = std::exp2(std::fmaf(s[j], (k8.s(base + j, kvh) * c) * sq, -lse2[i]));
+        const float sv = dp_bf16 ? 1.0f : v8.s(base + j, kvh);
         pm.P[size_t(i) * L + j] = P;
-        pm.dS[size_t(i) * L + j] = P * std::fmaf(dp[j], sdo * (dp_bf16 ? 1.0f : v8.s(base + j, kvh)), -Drow[i]);
+        pm.dS[size_t(i) * L + j] = P * std::fmaf(dp[j], sdo * sv, -Drow[i]);
       }
     }
   });
