@@ -440,8 +440,11 @@ __device__ __forceinline__ void reduce_fused_dq(const FusedDq& fz, const float (
     const int row = row0 + 8 * r;
     if (row >= fz.valid_rows) continue;
     float* p = fz.rows + row * fz.row_stride + 2 * q;
+    // timing probe: no reductions (results wrong); a value kept so the product is not removed
+    float x = 0.0f;
 #pragma unroll
-    for (int n = 0; n < D / 16; ++n) ptx::red_add_v2(p + 8 * n, dq[n][2 * r], dq[n][2 * r + 1]);
+    for (int n = 0; n < D / 16; ++n) x += dq[n][2 * r] + dq[n][2 * r + 1];
+    if (x == 12345.678f) p[0] = x;
   }
 }
 
