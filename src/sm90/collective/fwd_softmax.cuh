@@ -133,33 +133,55 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
   }
   // P's scale, the running key rule (ALGORITHM.md §7, RunningKeys): Y = max(alpha * Y_prev,
   // pm * y), y the maximum of sv over the row's visible keys of the tile, sigma = pow2_scale(Y).
-  // Where every row's sigma is the tile's own (the key-scale warp's, for rows that see the
-  // whole tile: the common case), P is rounded from its sv / sigma, one multiply a score.
+  // Rows that see the whole tile have y = the tile's maximum; where every row's Y then lies in
+  // the bucket of the tile's own sigma (the key-scale warp's: (224 sigma, 448 sigma], both
+  // bounds exact), sigma is that one and P is rounded from svn = sv / sigma, one multiply a
+  // score, with no pow2_scale on the way. Otherwise (masked tiles, a bucket crossed, the
+  // clamped extremes) each row's sigma is computed.
   float sum[2][kChains];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int k = 0; k < kChains; ++k) sum[r][k] = 0.0f;
-  float inv[2], sigma[2];
-  bool tile_sigma = true;
+  float y_new[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int i = i0 + 8 * r;
-    const int last = (mask.causal ? min(i, mask.len - 1) : mask.len - 1) - n0;  // >= 0: the tile is visited
-    const float y = ks.ypre[min(max(last, 0), tiles::kFwdBlockN - 1)];
-    st.y[r] = ptx::max_nan(__fmul_rn(alpha[r], st.y[r]), __fmul_rn(pm[r], y));
-    sigma[r] = fmt::pow2_scale_e4m3(st.y[r]);
-    inv[r] = fmt::pow2_reciprocal(sigma[r]);
-    tile_sigma = tile_sigma && sigma[r] == ks.sigma;
-    // O's accumulator into this tile's units (exact when alpha * sigma_prev is normal).
-    out.factor[r] = __fdiv_rn(__fmul_rn(alpha[r], st.sigma[r]), sigma[r]);
-    st.sigma[r] = sigma[r];
+    float y = ks.ypre[tiles::kFwdBlockN - 1];
+    if (kMask) {
+      const int i = i0 + 8 * r;
+      const int last = (mask.causal ? min(i, mask.len - 1) : mask.len - 1) - n0;  // >= 0: the tile is visited
+      y = ks.ypre[min(max(last, 0), tiles::kFwdBlockN - 1)];
+    }
+    y_new[r] = ptx::max_nan(__fmul_rn(alpha[r], st.y[r]), __fmul_rn(pm[r], y));
+    st.y[r] = y_new[r];
   }
-  if (!kMask && __all_sync(0xffffffffu, tile_sigma)) {
-    inv[0] = inv[1] = 1.0f;
+  const float lo = __fmul_rn(224.0f, ks.sigma), hi = __fmul_rn(448.0f, ks.sigma);
+  const bool in_bucket = y_new[0] > lo && y_new[0] <= hi && y_new[1] > lo && y_new[1] <= hi;
+  float inv[2], sigma[2], to_units[2];
+  if (!kMask && __all_sync(0xffffffffu, in_bucket)) {
+    const float inv_tile = fmt::pow2_reciprocal(ks.sigma);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      sigma[r] = ks.sigma;
+      inv[r] = 1.0f;
+      to_units[r] = inv_tile;
+    }
     probabilities<kMask, true>(s, ks, sqc, inv, st, mask, i0, n0, sum);
   } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      sigma[r] = fmt::pow2_scale_e4m3(y_new[r]);
+      inv[r] = fmt::pow2_reciprocal(sigma[r]);
+      to_units[r] = inv[r];
+    }
     probabilities<kMask, false>(s, ks, sqc, inv, st, mask, i0, n0, sum);
+  }
+  // O's accumulator into this tile's units: (alpha * sigma_prev) / sigma, the division by a
+  // power of two as the multiply by its exact reciprocal (the same rounding).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    out.factor[r] = __fmul_rn(__fmul_rn(alpha[r], st.sigma[r]), to_units[r]);
+    st.sigma[r] = sigma[r];
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
