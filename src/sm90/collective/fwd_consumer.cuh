@@ -88,23 +88,23 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
         mma::ss(sc, mma::desc<P::kQKRowBytes>(q_tile, ks), mma::desc<P::kQKRowBytes>(stage + P::kK, ks), ks > 0);
       mma::commit();
     };
-    // Tile n's key values, read while its scores are still on the tensor core: the wait for
-    // the key-scale warp and the loads of the K scales stay off the softmax's chain.
-    auto key_scales = [&](int n, LaneKeys& sk4) {
+    // Tile n's key values, found while its scores are still on the tensor core: the wait for
+    // the key-scale warp and the load of sigma stay off the softmax's chain (the K scales are
+    // read in the softmax: held across the wait they cost spills).
+    auto key_scales = [&](int n) {
       mbar::wait(ready0 + 8 * stage_of(n), phase_of(n));  // the key-scale warp's values
       const uint8_t* st = smem + P::stage(stage_of(n));
-      load_lane_keys(reinterpret_cast<const float*>(st + P::kSk), sk4);
       return KeyScales{reinterpret_cast<const float*>(st + P::kSk), reinterpret_cast<const float*>(st + P::kSv),
                        reinterpret_cast<const float*>(st + P::kSvn), reinterpret_cast<const float*>(st + P::kYpre),
                        *reinterpret_cast<const float*>(st + P::kSigma)};
     };
-    auto softmax = [&](ScoreTile& sc, int n, const KeyScales& ks, const LaneKeys& sk4, TileP& tp) {
+    auto softmax = [&](ScoreTile& sc, int n, const KeyScales& ks, TileP& tp) {
       if (n + 1 == item.num_key_tiles && lane == 0) mbar::arrive(q_empty);  // Q no longer read
       const int n0 = n * P::kBlockN;
       if (mask_needed_for_query_rows(mask, dt.tile, n, P::kBlockN))
-        softmax_tile<true>(sc, ks, sk4, sq, sqc, mask, i0, n0, p.c, rows, tp);
+        softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
       else
-        softmax_tile<false>(sc, ks, sk4, sq, sqc, mask, i0, n0, p.c, rows, tp);
+        softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
     };
 
     // Software pipeline over the key tiles: tile n's P·V and tile n + 1's S are issued in one
@@ -118,11 +118,10 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       turns.begin();
       issue_scores(sc, 0);
       turns.end();
-      LaneKeys sk4;
-      const KeyScales ks = key_scales(0, sk4);
+      const KeyScales ks = key_scales(0);
       mma::wait<0>();
       mma::pin(sc);
-      softmax(sc, 0, ks, sk4, tp);
+      softmax(sc, 0, ks, tp);
     }
     auto issue_pv = [&](float (&fresh)[D / 8][4], int n) {
       const uint32_t stage = base + P::stage(stage_of(n));
@@ -167,11 +166,10 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       turns.end();
       mma::wait<1>();  // P·V(n) done; S(n + 1) may still run
       fold(fresh, n);
-      LaneKeys sk4;
-      const KeyScales ks = key_scales(n + 1, sk4);
+      const KeyScales ks = key_scales(n + 1);
       mma::wait<0>();
       mma::pin(sc);
-      softmax(sc, n + 1, ks, sk4, tp);
+      softmax(sc, n + 1, ks, tp);
     }
     if (tiles > 0) {
       float fresh[D / 8][4];

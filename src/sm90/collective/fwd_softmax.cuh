@@ -63,36 +63,21 @@ struct KeyScales {
 // for |m c| >= 2^21, and NaN (no visible key yet) never is inside.
 __device__ __forceinline__ bool pm_keeps_tile_sigma(float pm) { return pm > 0.875f && pm <= 1.75f; }
 
-// A per-key array of the tile (in scales_index order) as this lane reads it: the float4 that
+// Calls f(n, e, a) for every element [n][e] of the lane's score tile, a the value of the
+// per-key array `keys` (in scales_index order) for the element's column: one float4 load
 // serves n8-tiles 2 n2 and 2 n2 + 1, the four lanes of a quad reading distinct banks.
-struct LaneKeys {
-  float4 v[8];
-};
-__device__ __forceinline__ void load_lane_keys(const float* keys, LaneKeys& out) {
+template <class F>
+__device__ __forceinline__ void for_each_score(const float* keys, F f) {
   const float4* key4 = reinterpret_cast<const float4*>(keys) + (lane_id() & 3);
 #pragma unroll
-  for (int n2 = 0; n2 < 8; ++n2) out.v[n2] = key4[4 * n2];
-}
-
-// Calls f(n, e, a) for every element [n][e] of the lane's score tile, a the value of the
-// per-key array for the element's column.
-template <class F>
-__device__ __forceinline__ void for_each_score(const LaneKeys& keys, F f) {
-#pragma unroll
   for (int n2 = 0; n2 < 8; ++n2) {
-    const float4 v4 = keys.v[n2];
+    const float4 v4 = key4[4 * n2];
     const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int e = 0; e < 4; ++e) f(2 * n2 + h, e, vv[2 * h + (e & 1)]);
   }
-}
-template <class F>
-__device__ __forceinline__ void for_each_score(const float* keys, F f) {
-  LaneKeys k;
-  load_lane_keys(keys, k);
-  for_each_score(k, f);
 }
 
 // p = exp2(S c - mc), its row sums (the unquantized p) into sum, and in place x = p * (sv /
@@ -114,12 +99,10 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
   });
 }
 
-// s: Q·Kᵀ of the tile (raw sums). ks: the tile's key values (KeyScales); sk: its K scales as
-// this lane reads them, loaded by the caller while the scores were still being computed. i0:
-// this lane's first row, n0: the tile's first key, both document-local. Masks per element
-// only when kMask.
+// s: Q·Kᵀ of the tile (raw sums). ks: the tile's key values (KeyScales). i0: this lane's
+// first row, n0: the tile's first key, both document-local. Masks per element only when kMask.
 template <bool kMask>
-__device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, const LaneKeys& sk4, const float (&sq)[2],
+__device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
                                              RowState& st, TileP& out) {
   const int q = lane_id() & 3;
@@ -128,7 +111,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int k = 0; k < kChains; ++k) tmax[r][k] = -INFINITY;
-  for_each_score(sk4, [&](int n, int e, float sk) {
+  for_each_score(ks.sk, [&](int n, int e, float sk) {
     float t = __fmul_rn(s[n][e], sk);
     if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) t = -INFINITY;
     s[n][e] = t;
