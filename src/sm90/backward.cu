@@ -20,6 +20,10 @@
 //      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
 //    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
+//    Two measurement modes of fp8_mixed at D = 128 (FLAMIA_BWD_DQ): `fused` forms dQ inside
+//    the dK/dV pass by FP32 reductions (no dQ kernel; not deterministic), `hbm` stores the
+//    dK/dV pass's bf16(dS) and replaces this kernel by a GEMM over it (dq_stored_kernel;
+//    the same bits, a buffer of 2 bytes a pair).
 // Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the
 // products reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major
 // core matrices), zero past the document end. The other side streams through a ring of
@@ -45,6 +49,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "common/tiles.h"
 #include "quantize/quantize.cuh"
@@ -93,6 +98,9 @@ struct BwdArgs {
   WorkList work;  // 128-token tiles: the dK/dV pass's key tiles, the dQ pass's query tiles
   uint16_t* dq;         // bf16 [T, Hq, D]
   float* dq_acc;        // fp32 [T, Hq, D], zeroed: the fused dQ's sums (workspace), else null
+  uint8_t* ds;          // bf16 dS tiles (FLAMIA_BWD_DQ=hbm, ds_tile), else null
+  int64_t ds_query_slots;  // query tiles the dS buffer addresses: ceil(T / 64) + B
+  int ds_band;             // key tiles it addresses per query tile: ceil(max_seqlen / 64)
   uint16_t* dk;         // bf16 [T, Hkv, D]
   uint16_t* dv;         // bf16 [T, Hkv, D]
   int64_t total_tokens;
@@ -335,7 +343,7 @@ __device__ __forceinline__ void own_rows_ready() {
 // dK / dV
 // =====================================================================================
 
-template <int D, bool kMixed, bool kFused = false>
+template <int D, bool kMixed, bool kFused = false, bool kStoreDs = false>
 struct DkdvSmem {
   static constexpr int kStages = kFused ? 2 : kBwdStages;
   // Warpgroup w's keys at keys(w): its K (A of Sᵀ) and V (A of dPᵀ) tiles and key scales.
@@ -354,7 +362,8 @@ struct DkdvSmem {
   static constexpr int kDsBuffer = kDkdvWarpgroups * kDsChunk;
   static constexpr int kKt = align_up(kDkdvWarpgroups * kKeyBytes, kSwizzleAlign);
   static constexpr int kDs = kKt + (kFused ? kDkdvWarpgroups * kKtChunk : 0);
-  static constexpr int kStage0 = kDs + (kFused ? 2 * kDsBuffer : 0);
+  // The stored dS (kStoreDs) uses the same two buffers, each warpgroup its own chunk.
+  static constexpr int kStage0 = kDs + (kFused || kStoreDs ? 2 * kDsBuffer : 0);
   // One stage: a query tile of one head, read by both warpgroups. The TMA tiles first
   // (kTmaBytes, swizzle-aligned), then the per-query values sq, sdo, LSE, D (cp.async).
   static constexpr int kQ = 0;                                // B of Sᵀ: Q rows
@@ -397,6 +406,30 @@ struct FusedDq {
 };
 constexpr int kFusedDqBarrier = warpgroup::kFirstNamedBarrier;
 
+// The stored dS (FLAMIA_BWD_DQ=hbm; fp8_mixed at D = 128): the dK/dV pass writes each
+// warpgroup's bf16(dS) of a step — its 64 keys by the step's 64 queries, as the fused dQ's
+// A-operand image (store_ds_transposed: K-major query rows, swizzled by the row index, so
+// any 1024-byte-aligned copy of it is the same operand) — to global memory, and the dQ GEMM
+// (dq_stored_kernel) bulk-copies it back instead of recomputing S, dP and dS: six matmuls a
+// tile pair instead of seven, and dQ the same chain of k16 steps over the same values as the
+// deterministic pass. Tile (query head h, 64-query tile m, 64-key tile n of document b) is
+// number (h * query_slots + ceil(tok0 / 64) + b + m) * band + n: the slot ceil(tok0 / 64) +
+// b + m is distinct for every (b, m) (pstart's closed form, layout.cuh, with 64-token
+// tiles), band = ceil(max_seqlen / 64). Clamped: a document longer than max_seqlen (the
+// guard's error) cannot address outside the buffer.
+constexpr int kDsTileBytes = kTileTokens * kBf16ColRowBytes;
+__device__ __forceinline__ int64_t ds_tile(const BwdArgs& a, int h, const DocTile& dt, int m, int n) {
+  const int64_t slot = (dt.tok0 + kTileTokens - 1) / kTileTokens + dt.doc + m;
+  const int64_t clamped = min(max(slot, int64_t(0)), a.ds_query_slots - 1);
+  const int64_t key = min(max(n, 0), a.ds_band - 1);
+  return ((int64_t(h) * a.ds_query_slots + clamped) * a.ds_band + key) * kDsTileBytes;
+}
+struct StoredDs {
+  uint32_t chunk;  // this warpgroup's chunk of the dS buffer (shared address)
+  uint8_t* tile;   // its tile in global memory
+};
+constexpr int kStoredDsBarrier = warpgroup::kFirstNamedBarrier;  // + the warpgroup's index
+
 // Warpgroup w's dS operand (registers: rows = its 64 keys, columns = the 64 queries, as
 // pack_bf16_a lays them out) into its chunk of the dS buffer, transposed: query rows of 64
 // keys. Matrix i of k16 step s is keys 16 (warp) + 8 (i & 1) + 0..7 by queries
@@ -410,6 +443,27 @@ __device__ __forceinline__ void store_ds_transposed(uint32_t chunk, const uint32
     const int query = 8 * (2 * s + (i >> 1)) + j;
     ptx::stmatrix_x4_trans(chunk + query * kBf16ColRowBytes + ((key_chunk ^ uint32_t(j)) << 4), a[s][0], a[s][1],
                            a[s][2], a[s][3]);
+  }
+}
+
+// The stored dS: this warpgroup's operand into its chunk, then the chunk to global memory,
+// 16 bytes a thread per instruction (a warp writes 512 contiguous bytes), streaming stores:
+// the dQ GEMM reads it only after the whole pass. The chunk alternates with every step the
+// warpgroup computes, so the barrier of the next one orders these reads before it is
+// written again.
+__device__ __forceinline__ void store_ds_tile(const StoredDs& sd, const uint32_t (&a)[4][4]) {
+  store_ds_transposed(sd.chunk, a);
+  warpgroup::bar_sync(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads);
+  const int t = tile_tid();
+#pragma unroll
+  for (int k = 0; k < kDsTileBytes / (16 * warpgroup::kThreads); ++k) {
+    const int off = 16 * (t + k * warpgroup::kThreads);
+    int4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(sd.chunk + uint32_t(off))
+                 : "memory");
+    __stcs(reinterpret_cast<int4*>(sd.tile + off), v);
   }
 }
 
@@ -478,11 +532,11 @@ __device__ __forceinline__ void for_each_pair(const DocMask& mask, int m0, int j
 
 // One query tile for the 64 keys at `keys` (a warpgroup's DkdvSmem::keys), this warp's 16
 // key rows j0, j0 + 8 (document positions).
-template <int D, bool kMixed, bool kFused, bool kMask>
+template <int D, bool kMixed, bool kFused, bool kStoreDs, bool kMask>
 __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, int stage, const DocMask& mask,
                                                 int j0, int m0, float c, float (&dk)[D / 8][4],
-                                                float (&dv)[D / 8][4], const FusedDq& fz) {
-  using S = DkdvSmem<D, kMixed, kFused>;
+                                                float (&dv)[D / 8][4], const FusedDq& fz, const StoredDs& sd) {
+  using S = DkdvSmem<D, kMixed, kFused, kStoreDs>;
   const uint32_t base = ptx::smem_addr(smem), st = base + S::stage(stage), kb = base + keys;
   const uint8_t* st_ptr = smem + S::stage(stage);
   const float* sq = reinterpret_cast<const float*>(st_ptr + S::kSqT);
@@ -564,6 +618,8 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       wgmma::pin(pv.a);
       reduce_fused_dq<D>(fz, dq);
     } else {
+      // The stored dS leaves while dK's product runs (its reads of ds.a change nothing).
+      if constexpr (kStoreDs) store_ds_tile(sd, ds.a);
       chained_product_done<D, 0>(dk, ds);
       wgmma::pin(dv);
       wgmma::pin(pv.a);
@@ -600,10 +656,11 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   }
 }
 
-template <int D, bool kMixed, bool kFused>
+template <int D, bool kMixed, bool kFused, bool kStoreDs = false>
 __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_constant__ BwdArgs a) {
   static_assert(!kFused || (kMixed && D == 128), "the fused dQ is fp8_mixed's, at D = 128");
-  using S = DkdvSmem<D, kMixed, kFused>;
+  static_assert(!kStoreDs || (kMixed && D == 128 && !kFused), "the stored dS is fp8_mixed's, at D = 128");
+  using S = DkdvSmem<D, kMixed, kFused, kStoreDs>;
   extern __shared__ uint8_t smem_raw[];
   const int slot = blockIdx.x / a.hkv, hk = blockIdx.x % a.hkv;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
@@ -708,6 +765,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   [[maybe_unused]] const int64_t q_row = int64_t(a.hq) * D;
   if constexpr (kFused) mbar::wait(base + S::kKtFull, 0);
 
+  int stored = 0;  // steps this warpgroup has computed: the stored dS's buffer parity
   for (int step = 0; step < steps; ++step) {
     const QueryTile next = next_tile(cur);
     if (step + 1 < steps) load_step(next);
@@ -726,13 +784,22 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     // Causal: query tile m sees this warpgroup's keys only from m = nw on (warpgroup 0's
     // always, from m_first on).
     if (valid_k > 0 && (!a.causal || m >= nw)) {
-      // The fused dQ also reads dS's key rows past the document (dK, dV never store them):
-      // there they must be zeros, not P (dP - D) of the zero-filled keys, or the next
-      // document's Kᵀ columns would enter dQ. Causal tiles past the end are diagonal anyway.
-      if (mask_needed_for_key_rows(mask, m, nw, kTileTokens) || (kFused && valid_k < kTileTokens))
-        dkdv_query_tile<D, kMixed, kFused, true>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv, fz);
+      StoredDs sd{};
+      if constexpr (kStoreDs) {
+        sd.chunk = base + S::kDs + (stored & 1) * S::kDsBuffer + wg * S::kDsChunk;
+        sd.tile = a.ds + ds_tile(a, cur.h, dt, m, nw);
+        ++stored;
+      }
+      // The fused dQ and the stored dS also carry dS's key rows past the document (dK, dV
+      // never store them): there they must be zeros, not P (dP - D) of the zero-filled keys,
+      // or the next document's Kᵀ columns would enter dQ. Causal tiles past the end are
+      // diagonal anyway.
+      if (mask_needed_for_key_rows(mask, m, nw, kTileTokens) || ((kFused || kStoreDs) && valid_k < kTileTokens))
+        dkdv_query_tile<D, kMixed, kFused, kStoreDs, true>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv,
+                                                           fz, sd);
       else
-        dkdv_query_tile<D, kMixed, kFused, false>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv, fz);
+        dkdv_query_tile<D, kMixed, kFused, kStoreDs, false>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk,
+                                                            dv, fz, sd);
     } else if constexpr (kFused) {
       fused_dq_only<D, S>(fz);
     }
@@ -963,6 +1030,109 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
 }
 
+// The dQ GEMM of the stored dS (FLAMIA_BWD_DQ=hbm; fp8_mixed at D = 128): the dQ pass's CTAs
+// and order (128 queries, two warpgroups sharing each key tile, tiles ascending, chained BF16
+// k16 steps from zero), but each key tile's product takes its A operand from the dS tile the
+// dK/dV pass stored instead of forming it: dQ[i] += bf16(dS[i, :]) · K, bit for bit the
+// deterministic pass's sum. A stage: the key tile's BF16 Kᵀ (TMA, as the dQ pass streams it)
+// and the two warpgroups' dS tiles (bulk copies), all announced to one mbarrier by the
+// elected thread; nothing per thread, so the stages are all bytes and the pass reads them
+// at HBM speed.
+struct DqStoredSmem {
+  static constexpr int D = 128;
+  static constexpr int kKt = 0;                                       // B: Kᵀ columns (BF16)
+  static constexpr int kDs = kKt + D * kBf16ColRowBytes;             // A: warpgroup w's dS at kDs + w * kDsTileBytes
+  static constexpr int kStageBytes = kDs + kDqWarpgroups * kDsTileBytes;  // a multiple of 1024
+  static constexpr int kStages = 3;  // 96 KB: two CTAs a SM, 192 KB of tiles in flight
+  static constexpr int kFull = kStages * kStageBytes;
+  static constexpr int kEmpty = kFull + 8 * kStages;
+  static constexpr int kBytes = kEmpty + 8 * kStages;
+  static constexpr int kAlloc = kBytes + kSwizzleAlign;
+  static_assert(kStageBytes % kSwizzleAlign == 0, "the stages' operands stay swizzle-aligned");
+  static_assert(kAlloc <= 227 * 1024, "the stored dQ's shared memory");
+  static constexpr int stage(int s) { return s * kStageBytes; }
+  static constexpr int full(int s) { return kFull + 8 * s; }
+  static constexpr int empty(int s) { return kEmpty + 8 * s; }
+};
+
+__global__ void __launch_bounds__(kDqThreads, 2) dq_stored_kernel(const __grid_constant__ BwdArgs a) {
+  using S = DqStoredSmem;
+  constexpr int D = S::D;
+  extern __shared__ uint8_t smem_raw[];
+  const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
+  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
+  // Keys-only rows (before q_start, a multiple of the tile) get no dQ, as in dq_kernel.
+  if (dt.len == 0 || (kDqWarpgroups * dt.tile) * kTileTokens < first_query(a.q_start, dt)) return;
+  const int wg = warpgroup::index();
+  const int hk = h / (a.hq / a.hkv);
+  const int mw = kDqWarpgroups * dt.tile + wg, m0 = mw * kTileTokens;
+  const int valid_q = min(kTileTokens, dt.len - m0);
+  const int num_tiles_doc = (dt.len + kTileTokens - 1) / kTileTokens;
+  const int num_key_tiles = a.causal ? min(kDqWarpgroups * (dt.tile + 1), num_tiles_doc) : num_tiles_doc;
+  uint8_t* smem = swizzle_aligned(smem_raw);
+  const uint32_t base = ptx::smem_addr(smem);
+  const bool elected = elected_thread();
+  if (elected) {
+    // full: the elected thread's announcement and the bytes; empty: every thread's release.
+    for (int s = 0; s < S::kStages; ++s) {
+      mbar::init(base + S::full(s), 1);
+      mbar::init(base + S::empty(s), kDqThreads);
+    }
+    mbar::fence_init();
+    tma::prefetch_map(a.kt_cols);
+  }
+  __syncthreads();
+
+  // The elected thread: key tile n into stage s (both warpgroups' dS tiles, also where one
+  // is never read: a warpgroup past its diagonal or past the document reads none).
+  auto load_key_tile = [&](int s, int n) {
+    const uint32_t st = base + S::stage(s), full = base + S::full(s);
+    mbar::arrive_expect_tx(full, S::kStageBytes);
+    tma::load_2d(st + S::kKt, a.kt_cols, full, 2 * (int(dt.pstart) + n * kTileTokens), hk * D);
+    for (int w = 0; w < kDqWarpgroups; ++w)
+      tma::load_bulk(st + S::kDs + w * kDsTileBytes, a.ds + ds_tile(a, h, dt, kDqWarpgroups * dt.tile + w, n),
+                     kDsTileBytes, full);
+  };
+  StageCursor<S::kStages> load, use;
+  auto load_step = [&](int n) {
+    if (elected) {
+      mbar::wait(base + S::empty(load.index), load.phase ^ 1);
+      load_key_tile(load.index, n);
+    }
+    load.advance();
+  };
+  // Up to kStages - 1 tiles ahead.
+  for (int n = 0; n < min(num_key_tiles, S::kStages - 1); ++n) load_step(n);
+
+  float dq[D / 8][4];
+#pragma unroll
+  for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dq[c][e] = 0.0f;
+  const int last = valid_q <= 0 ? -1 : a.causal ? min(mw, num_key_tiles - 1) : num_key_tiles - 1;
+  for (int n = 0; n < num_key_tiles; ++n) {
+    if (n + S::kStages - 1 < num_key_tiles) load_step(n + S::kStages - 1);
+    mbar::wait(base + S::full(use.index), use.phase);
+    if (n <= last) {
+      const uint32_t st = base + S::stage(use.index);
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+        wgmma::mma_ss_bf16<true>(dq, mma::desc<kBf16ColRowBytes>(st + S::kDs + wg * kDsTileBytes, ks),
+                                 mma::desc<kBf16ColRowBytes>(st + S::kKt, ks));
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::pin(dq);
+    }
+    release_stage(base + S::empty(use.index));
+    use.advance();
+  }
+
+  const int64_t q_row = int64_t(a.hq) * D;
+  store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
+}
+
 // =====================================================================================
 // launch
 // =====================================================================================
@@ -1015,6 +1185,18 @@ cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// fp8_mixed at D = 128 with the stored dS: dK/dV writes dS to a.ds, the dQ GEMM reads it.
+cudaError_t launch_backward_stored_dq(const BwdArgs& a, cudaStream_t stream) {
+  constexpr int D = 128, kDkdvSmem = DkdvSmem<D, true, false, true>::kAlloc, kDqSmem = DqStoredSmem::kAlloc;
+  cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, true, false, true>), kDkdvSmem);
+  if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM(dq_stored_kernel, kDqSmem);
+  if (err != cudaSuccess) return err;
+  dkdv_kernel<D, true, false, true><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  dq_stored_kernel<<<unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream>>>(a);
+  return cudaGetLastError();
+}
+
 // The maps of the streamed tiles. Row tiles: 64 tokens of one head of a natural [T][H][D]
 // copy, box {D, 1, 64}, D-byte swizzle (the fast forward's q8 map). Column tiles: D rows of
 // 64 token positions of one head of a transposed [H * D][Tpad] copy, box {64, D}, 64-byte
@@ -1054,6 +1236,48 @@ bool backward_dq_fused(flamia_recipe recipe, int head_dim) {
   return recipe == FLAMIA_RECIPE_FP8_MIXED && head_dim == 128 && v != nullptr && std::strcmp(v, "fused") == 0;
 }
 
+namespace {
+
+// FLAMIA_BWD_DQ=hbm (fp8_mixed, D = 128): the stored dS (dq_stored_kernel).
+bool backward_dq_stored(flamia_recipe recipe, int head_dim) {
+  const char* v = std::getenv("FLAMIA_BWD_DQ");
+  return recipe == FLAMIA_RECIPE_FP8_MIXED && head_dim == 128 && v != nullptr && std::strcmp(v, "hbm") == 0;
+}
+
+// The stored dS's buffer: 2 bytes a (query, key) pair of the band, far more than the
+// workspace (16 GB at fixed-16k), so it is a measurement mode's, held by the process and
+// grown when a call needs more (growing frees the old buffer, which synchronizes the
+// device). One buffer per process: a call on another device replaces it.
+std::mutex g_ds_mutex;
+struct DsBuffer {
+  int device = -1;
+  void* ptr = nullptr;
+  size_t bytes = 0;
+} g_ds;
+
+cudaError_t stored_ds_buffer(size_t bytes, uint8_t** out) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(g_ds_mutex);
+  if (g_ds.device != device || g_ds.bytes < bytes) {
+    if (g_ds.ptr != nullptr) {
+      int current = device;
+      if ((err = cudaSetDevice(g_ds.device)) == cudaSuccess) err = cudaFree(g_ds.ptr);
+      cudaSetDevice(current);
+      if (err != cudaSuccess) return err;
+      g_ds = DsBuffer{};
+    }
+    if ((err = cudaMalloc(&g_ds.ptr, bytes)) != cudaSuccess) return err;
+    g_ds.device = device;
+    g_ds.bytes = bytes;
+  }
+  *out = static_cast<uint8_t*>(g_ds.ptr);
+  return cudaSuccess;
+}
+
+}  // namespace
+
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
                      const void* out, const float* lse, const void* qkv8, void* workspace,
                      void* dq, void* dk, void* dv) {
@@ -1069,6 +1293,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   // The fused dQ: selected, and no q_start (its rows before q_start would be written).
   const bool fused_selected = backward_dq_fused(p.recipe, p.head_dim);
   const bool fused = fused_selected && p.q_start == nullptr;
+  const bool stored = backward_dq_stored(p.recipe, p.head_dim);
   const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
                                                          p.recipe, fused_selected);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
@@ -1109,6 +1334,14 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.work = work_list(base, layout, layout.fwd_work);
   a.dq = static_cast<uint16_t*>(dq);
   a.dq_acc = fused ? reinterpret_cast<float*>(ws + ws_layout.dq_acc) : nullptr;
+  if (stored) {
+    const int64_t tiles_t = (T + kTileTokens - 1) / kTileTokens;
+    a.ds_query_slots = tiles_t + p.num_docs;
+    a.ds_band = int(std::min<int64_t>(std::max<int64_t>(1, (int64_t(p.max_seqlen) + kTileTokens - 1) / kTileTokens),
+                                      tiles_t));
+    const size_t bytes = size_t(p.hq) * size_t(a.ds_query_slots) * size_t(a.ds_band) * kDsTileBytes;
+    if ((err = stored_ds_buffer(bytes, &a.ds)) != cudaSuccess) return failed("the stored dS's buffer", err);
+  }
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
   a.total_tokens = p.total_tokens;
@@ -1125,6 +1358,8 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
     return failed("transpose_qk_codes", err);
   if (fused)
     err = launch_backward_fused_dq(a, p.stream);
+  else if (stored)
+    err = launch_backward_stored_dq(a, p.stream);
   else if (p.head_dim == 64)
     err = mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
   else

@@ -1,0 +1,97 @@
+// The stored dS (FLAMIA_BWD_DQ=hbm: fp8_mixed at D = 128 writes each tile's bf16(dS) from the
+// dK/dV pass and forms dQ by a GEMM over it instead of recomputing S, dP and dS). Its dQ is
+// the same chain of BF16 k16 steps over the same values in the same order as the
+// deterministic pass, and dK, dV are computed as before: all three must be bitwise the
+// default backward's, with GQA, causal and not, documents at the 64-token edges, q_start;
+// other recipes and head dims ignore the switch.
+#if defined(FLAMIA_WITH_CUDA)
+
+#include <cstdlib>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "checks.h"
+#include "gpu_harness.h"
+
+namespace flamia_gpu_test {
+namespace {
+
+// Sets FLAMIA_BWD_DQ=hbm for the scope.
+class StoredDqEnv {
+ public:
+  StoredDqEnv() { setenv("FLAMIA_BWD_DQ", "hbm", 1); }
+  ~StoredDqEnv() { unsetenv("FLAMIA_BWD_DQ"); }
+};
+
+// The default backward and the stored-dS one on the same inputs.
+void expect_bitwise(const Case& c, uint64_t seed) {
+  const Inputs in = make_inputs(c, seed);
+  FwdResult f0, f1;
+  BwdResult b0, b1;
+  GpuRunner r0(c);
+  ASSERT_EQ(r0.forward_backward(in, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
+  {
+    StoredDqEnv stored;
+    GpuRunner r1(c);
+    ASSERT_EQ(r1.forward_backward(in, &f1, &b1), FLAMIA_SUCCESS) << flamia_last_error();
+  }
+  EXPECT_EQ(b1.dq, b0.dq) << "dQ";
+  EXPECT_EQ(b1.dk, b0.dk) << "dK";
+  EXPECT_EQ(b1.dv, b0.dv) << "dV";
+}
+
+using Param = std::tuple<int /*gqa ratio*/, bool /*causal*/, int /*shape*/>;
+
+Case make(const Param& p) {
+  const auto [ratio, causal, shape] = p;
+  Case c;
+  // Many short documents around the 64-token edges (a CTA whose second warpgroup has no
+  // keys or no queries), and longer ones with several 128-token tiles.
+  c.cu = shape == 0 ? cu_from_lengths({1, 2, 63, 64, 65, 127, 129, 131, 257, 509})
+                    : cu_from_lengths({1100, 300, 640, 77});
+  c.recipe = FLAMIA_RECIPE_FP8_MIXED;
+  c.d = 128;
+  c.hkv = 2;
+  c.hq = 2 * ratio;
+  c.causal = causal;
+  return c;
+}
+
+class StoredDq : public ::testing::TestWithParam<Param> {};
+
+TEST_P(StoredDq, BitwiseTheDeterministicBackward) { expect_bitwise(make(GetParam()), 5151); }
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const auto [ratio, causal, shape] = info.param;
+  return "gqa" + std::to_string(ratio) + (causal ? "_causal" : "_full") + (shape == 0 ? "_short" : "_long");
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, StoredDq,
+                         ::testing::Combine(::testing::Values(1, 4), ::testing::Values(true, false),
+                                            ::testing::Values(0, 1)),
+                         param_name);
+
+// Keys-only rows (q_start): the dK/dV pass skips their query tiles, the GEMM their dQ.
+TEST(StoredDqQStart, BitwiseTheDeterministicBackward) {
+  Case c = make(Param{2, true, 1});
+  c.q_start = {384, 128, 0, 0};
+  expect_bitwise(c, 77);
+}
+
+// fp8, and fp8_mixed at D = 64, have no stored mode: the switch changes nothing.
+TEST(StoredDqOtherRecipes, IgnoreTheSwitch) {
+  Case fp8 = make(Param{2, true, 1});
+  fp8.recipe = FLAMIA_RECIPE_FP8;
+  expect_bitwise(fp8, 9);
+  Case d64 = make(Param{2, false, 0});
+  d64.d = 64;
+  expect_bitwise(d64, 10);
+}
+
+}  // namespace
+}  // namespace flamia_gpu_test
+
+#endif  // FLAMIA_WITH_CUDA
