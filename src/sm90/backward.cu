@@ -20,7 +20,7 @@
 //      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
 //    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
-//    Two measurement modes of fp8_mixed at D = 128 (FLAMIA_BWD_DQ): `fused` forms dQ inside
+//    Two measurement modes of fp8_mixed (FLAMIA_BWD_DQ): `fused` (D = 128) forms dQ inside
 //    the dK/dV pass by FP32 reductions (no dQ kernel; not deterministic), `hbm` stores the
 //    dK/dV pass's bf16(dS) and replaces this kernel by a GEMM over it (dq_stored_kernel;
 //    the same bits, a buffer of 2 bytes a pair).
@@ -406,7 +406,7 @@ struct FusedDq {
 };
 constexpr int kFusedDqBarrier = warpgroup::kFirstNamedBarrier;
 
-// The stored dS (FLAMIA_BWD_DQ=hbm; fp8_mixed at D = 128): the dK/dV pass writes each
+// The stored dS (FLAMIA_BWD_DQ=hbm; fp8_mixed): the dK/dV pass writes each
 // warpgroup's bf16(dS) of a step — its 64 keys by the step's 64 queries, as the fused dQ's
 // A-operand image (store_ds_transposed: K-major query rows, swizzled by the row index, so
 // any 1024-byte-aligned copy of it is the same operand) — to global memory, and the dQ GEMM
@@ -659,7 +659,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
 template <int D, bool kMixed, bool kFused, bool kStoreDs = false>
 __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_constant__ BwdArgs a) {
   static_assert(!kFused || (kMixed && D == 128), "the fused dQ is fp8_mixed's, at D = 128");
-  static_assert(!kStoreDs || (kMixed && D == 128 && !kFused), "the stored dS is fp8_mixed's, at D = 128");
+  static_assert(!kStoreDs || (kMixed && !kFused), "the stored dS is fp8_mixed's");
   using S = DkdvSmem<D, kMixed, kFused, kStoreDs>;
   extern __shared__ uint8_t smem_raw[];
   const int slot = blockIdx.x / a.hkv, hk = blockIdx.x % a.hkv;
@@ -1030,7 +1030,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
 }
 
-// The dQ GEMM of the stored dS (FLAMIA_BWD_DQ=hbm; fp8_mixed at D = 128): the dQ pass's CTAs
+// The dQ GEMM of the stored dS (FLAMIA_BWD_DQ=hbm; fp8_mixed): the dQ pass's CTAs
 // and order (128 queries, two warpgroups sharing each key tile, tiles ascending, chained BF16
 // k16 steps from zero), but each key tile's product takes its A operand from the dS tile the
 // dK/dV pass stored instead of forming it: dQ[i] += bf16(dS[i, :]) · K, bit for bit the
@@ -1038,12 +1038,12 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
 // and the two warpgroups' dS tiles (bulk copies), all announced to one mbarrier by the
 // elected thread; nothing per thread, so the stages are all bytes and the pass reads them
 // at HBM speed.
+template <int D>
 struct DqStoredSmem {
-  static constexpr int D = 128;
   static constexpr int kKt = 0;                                       // B: Kᵀ columns (BF16)
   static constexpr int kDs = kKt + D * kBf16ColRowBytes;             // A: warpgroup w's dS at kDs + w * kDsTileBytes
   static constexpr int kStageBytes = kDs + kDqWarpgroups * kDsTileBytes;  // a multiple of 1024
-  static constexpr int kStages = 3;  // 96 KB: two CTAs a SM, 192 KB of tiles in flight
+  static constexpr int kStages = 3;  // 96 KB (D = 128): two CTAs a SM, 192 KB of tiles in flight
   static constexpr int kFull = kStages * kStageBytes;
   static constexpr int kEmpty = kFull + 8 * kStages;
   static constexpr int kBytes = kEmpty + 8 * kStages;
@@ -1055,9 +1055,9 @@ struct DqStoredSmem {
   static constexpr int empty(int s) { return kEmpty + 8 * s; }
 };
 
+template <int D>
 __global__ void __launch_bounds__(kDqThreads, 2) dq_stored_kernel(const __grid_constant__ BwdArgs a) {
-  using S = DqStoredSmem;
-  constexpr int D = S::D;
+  using S = DqStoredSmem<D>;
   extern __shared__ uint8_t smem_raw[];
   const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
@@ -1185,15 +1185,16 @@ cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// fp8_mixed at D = 128 with the stored dS: dK/dV writes dS to a.ds, the dQ GEMM reads it.
+// fp8_mixed with the stored dS: dK/dV writes dS to a.ds, the dQ GEMM reads it.
+template <int D>
 cudaError_t launch_backward_stored_dq(const BwdArgs& a, cudaStream_t stream) {
-  constexpr int D = 128, kDkdvSmem = DkdvSmem<D, true, false, true>::kAlloc, kDqSmem = DqStoredSmem::kAlloc;
+  constexpr int kDkdvSmem = DkdvSmem<D, true, false, true>::kAlloc, kDqSmem = DqStoredSmem<D>::kAlloc;
   cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, true, false, true>), kDkdvSmem);
-  if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM(dq_stored_kernel, kDqSmem);
+  if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM(dq_stored_kernel<D>, kDqSmem);
   if (err != cudaSuccess) return err;
   dkdv_kernel<D, true, false, true><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  dq_stored_kernel<<<unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream>>>(a);
+  dq_stored_kernel<D><<<unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -1238,10 +1239,10 @@ bool backward_dq_fused(flamia_recipe recipe, int head_dim) {
 
 namespace {
 
-// FLAMIA_BWD_DQ=hbm (fp8_mixed, D = 128): the stored dS (dq_stored_kernel).
-bool backward_dq_stored(flamia_recipe recipe, int head_dim) {
+// FLAMIA_BWD_DQ=hbm (fp8_mixed): the stored dS (dq_stored_kernel).
+bool backward_dq_stored(flamia_recipe recipe) {
   const char* v = std::getenv("FLAMIA_BWD_DQ");
-  return recipe == FLAMIA_RECIPE_FP8_MIXED && head_dim == 128 && v != nullptr && std::strcmp(v, "hbm") == 0;
+  return recipe == FLAMIA_RECIPE_FP8_MIXED && v != nullptr && std::strcmp(v, "hbm") == 0;
 }
 
 // The stored dS's buffer: 2 bytes a (query, key) pair of the band, far more than the
@@ -1293,7 +1294,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   // The fused dQ: selected, and no q_start (its rows before q_start would be written).
   const bool fused_selected = backward_dq_fused(p.recipe, p.head_dim);
   const bool fused = fused_selected && p.q_start == nullptr;
-  const bool stored = backward_dq_stored(p.recipe, p.head_dim);
+  const bool stored = backward_dq_stored(p.recipe);
   const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
                                                          p.recipe, fused_selected);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
@@ -1359,7 +1360,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   if (fused)
     err = launch_backward_fused_dq(a, p.stream);
   else if (stored)
-    err = launch_backward_stored_dq(a, p.stream);
+    err = p.head_dim == 64 ? launch_backward_stored_dq<64>(a, p.stream) : launch_backward_stored_dq<128>(a, p.stream);
   else if (p.head_dim == 64)
     err = mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
   else
