@@ -115,8 +115,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float t = __fmul_rn(s[n][e], sk);
     if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) t = -INFINITY;
     s[n][e] = t;
-    float& m = tmax[e >> 1][(2 * n + (e & 1)) % kChains];
-    m = ptx::max_nan(m, t);
+    if (n == 0 && (e & 1) == 0) tmax[e >> 1][0] = t;  // PROBE: one score stands for the row's maximum
   });
   float pm[2];
 #pragma unroll
@@ -124,7 +123,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float tile_max = tmax[r][0];
 #pragma unroll
     for (int k = 1; k < kChains; ++k) tile_max = ptx::max_nan(tile_max, tmax[r][k]);
-    const float m_new = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tile_max), sq[r]));
+    const float m_new = ptx::max_nan(st.m[r], __fmul_rn(tile_max, sq[r]));  // PROBE: no quad reduction
     const float mc_new = __fmul_rn(m_new, c);
     // mc_prev = fl(m_prev c), recomputed rather than kept (one register pair fewer in the loop).
     out.alpha[r] = st.m[r] == -INFINITY ? 0.0f : ptx::ex2(__fsub_rn(__fmul_rn(st.m[r], c), mc_new));  // 1 if m stayed
