@@ -93,7 +93,7 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
     const int r = e >> 1, k = (2 * n + (e & 1)) % kChains;
     const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
     sum[r][k] = __fadd_rn(sum[r][k], p);
-    float x = __fmul_rn(p, kWhole ? v : __fmul_rn(v, inv[r]));
+    float x = kWhole ? p : __fmul_rn(p, __fmul_rn(v, inv[r]));  // PROBE: no V-scale multiply on whole tiles
     if (kMask && !mask.visible(i0 + 8 * r, n0 + 8 * n + 2 * q + (e & 1))) x = 0.0f;
     s[n][e] = x;
   });
