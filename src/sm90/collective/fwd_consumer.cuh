@@ -136,17 +136,12 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       if (lane == 0) mbar::arrive(empty0 + 8 * stage_of(n));
       // Once no row of the warp has a new maximum (the common case after the first tiles),
       // alpha is 1 and acc * alpha == acc: skip the multiply (warp-uniform branch).
-      if (__all_sync(0xffffffffu, tp.alpha[0] == 1.0f && tp.alpha[1] == 1.0f)) {
+      // PROBE: no fold (O from the last tile's product only; results wrong).
+      if (n + 1 == item.num_key_tiles) {
 #pragma unroll
         for (int d = 0; d < D / 8; ++d)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], acc[d][e]);
-      } else {
-#pragma unroll
-        for (int d = 0; d < D / 8; ++d)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], __fmul_rn(acc[d][e], tp.alpha[e >> 1]));
+          for (int e = 0; e < 4; ++e) acc[d][e] = fresh[d][e];
       }
     };
     // The steady state has no data-dependent branch around an MMA or a wait (ptxas would
