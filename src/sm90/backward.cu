@@ -98,9 +98,10 @@ struct BwdArgs {
   WorkList work;  // 128-token tiles: the dK/dV pass's key tiles, the dQ pass's query tiles
   uint16_t* dq;         // bf16 [T, Hq, D]
   float* dq_acc;        // fp32 [T, Hq, D], zeroed: the fused dQ's sums (workspace), else null
-  uint8_t* ds;          // bf16 dS tiles (FLAMIA_BWD_DQ=hbm, ds_tile), else null
-  int64_t ds_query_slots;  // query tiles the dS buffer addresses: ceil(T / 64) + B
-  int ds_band;             // key tiles it addresses per query tile: ceil(max_seqlen / 64)
+  uint8_t* ds;                 // bf16 dS tiles (FLAMIA_BWD_DQ=hbm, ds_tile), else null
+  const int64_t* ds_doc_base;  // [B]: a document's first tile in a head's run (ds_doc_bases)
+  int64_t ds_head_tiles;       // tiles a head's run holds (a bound over every document)
+  int ds_hk0, ds_hkv;          // this launch's slab of kv heads: [ds_hk0, ds_hk0 + ds_hkv)
   uint16_t* dk;         // bf16 [T, Hkv, D]
   uint16_t* dv;         // bf16 [T, Hkv, D]
   int64_t total_tokens;
@@ -412,18 +413,66 @@ constexpr int kFusedDqBarrier = warpgroup::kFirstNamedBarrier;
 // any 1024-byte-aligned copy of it is the same operand) — to global memory, and the dQ GEMM
 // (dq_stored_kernel) bulk-copies it back instead of recomputing S, dP and dS: six matmuls a
 // tile pair instead of seven, and dQ the same chain of k16 steps over the same values as the
-// deterministic pass. Tile (query head h, 64-query tile m, 64-key tile n of document b) is
-// number (h * query_slots + ceil(tok0 / 64) + b + m) * band + n: the slot ceil(tok0 / 64) +
-// b + m is distinct for every (b, m) (pstart's closed form, layout.cuh, with 64-token
-// tiles), band = ceil(max_seqlen / 64). Clamped: a document longer than max_seqlen (the
-// guard's error) cannot address outside the buffer.
+// deterministic pass. Only the tile pairs that exist are stored, 8 KB each: a head's run
+// holds every document's, document b from ds_doc_base[b] on, query tile m's key tiles
+// from m (m + 1) / 2 (causal: keys 0..m) or m nt (nt tiles a document, all keys) on. The
+// buffer holds the runs of a slab of heads at once (launch_backward_stored_dq walks the
+// slabs), so its size is bounded. Clamped: a corrupt document (the guard's error) cannot
+// address outside the buffer.
 constexpr int kDsTileBytes = kTileTokens * kBf16ColRowBytes;
 __device__ __forceinline__ int64_t ds_tile(const BwdArgs& a, int h, const DocTile& dt, int m, int n) {
-  const int64_t slot = (dt.tok0 + kTileTokens - 1) / kTileTokens + dt.doc + m;
-  const int64_t clamped = min(max(slot, int64_t(0)), a.ds_query_slots - 1);
-  const int64_t key = min(max(n, 0), a.ds_band - 1);
-  return ((int64_t(h) * a.ds_query_slots + clamped) * a.ds_band + key) * kDsTileBytes;
+  const int64_t nt = (dt.len + kTileTokens - 1) / kTileTokens;
+  const int64_t in_doc = a.causal ? int64_t(m) * (m + 1) / 2 + n : int64_t(m) * nt + n;
+  const int64_t tile = min(max(__ldg(a.ds_doc_base + dt.doc) + in_doc, int64_t(0)), a.ds_head_tiles - 1);
+  const int h_slab = h - a.ds_hk0 * (a.hq / a.hkv);  // the slab's query heads
+  return (int64_t(h_slab) * a.ds_head_tiles + tile) * kDsTileBytes;
 }
+
+// ds_doc_base: every document's first tile in a head's run, an exclusive scan of its tile
+// pairs (one block; the documents' lengths clamped as doc_tile clamps them).
+__global__ void __launch_bounds__(1024) ds_doc_bases(const int32_t* __restrict__ cu_seqlens, int num_docs,
+                                                     int64_t total_tokens, bool causal, int64_t* __restrict__ base) {
+  __shared__ int64_t warp_sums[32];
+  __shared__ int64_t carry;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (int b0 = 0; b0 < num_docs; b0 += blockDim.x) {
+    const int b = b0 + int(threadIdx.x);
+    int64_t pairs = 0;
+    if (b < num_docs) {
+      const int64_t t0 = min(max(int64_t(cu_seqlens[b]), int64_t(0)), total_tokens);
+      const int64_t t1 = min(max(int64_t(cu_seqlens[b + 1]), t0), total_tokens);
+      const int64_t nt = (t1 - t0 + kTileTokens - 1) / kTileTokens;
+      pairs = causal ? nt * (nt + 1) / 2 : nt * nt;
+    }
+    // Inclusive scan within the warp, then over the warps' sums.
+    int64_t x = pairs;
+    const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int64_t y = __shfl_up_sync(0xffffffffu, x, d);
+      if (lane >= d) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+      int64_t w = lane < int(blockDim.x) / 32 ? warp_sums[lane] : 0;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int64_t y = __shfl_up_sync(0xffffffffu, w, d);
+        if (lane >= d) w += y;
+      }
+      warp_sums[lane] = w;  // inclusive over warps
+    }
+    __syncthreads();
+    const int64_t inclusive = x + (warp > 0 ? warp_sums[warp - 1] : 0) + carry;
+    if (b < num_docs) base[b] = inclusive - pairs;
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) carry = inclusive;
+    __syncthreads();
+  }
+}
+
 struct StoredDs {
   uint32_t chunk;  // this warpgroup's chunk of the dS buffer (shared address)
   uint8_t* tile;   // its tile in global memory
@@ -662,7 +711,9 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   static_assert(!kStoreDs || (kMixed && !kFused), "the stored dS is fp8_mixed's");
   using S = DkdvSmem<D, kMixed, kFused, kStoreDs>;
   extern __shared__ uint8_t smem_raw[];
-  const int slot = blockIdx.x / a.hkv, hk = blockIdx.x % a.hkv;
+  // One CTA per (work-list slot, kv head); the stored dS's launches cover a slab of kv heads.
+  const int heads = kStoreDs ? a.ds_hkv : a.hkv;
+  const int slot = blockIdx.x / heads, hk = (kStoreDs ? a.ds_hk0 : 0) + int(blockIdx.x % heads);
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
   const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
@@ -1059,13 +1110,15 @@ template <int D>
 __global__ void __launch_bounds__(kDqThreads, 2) dq_stored_kernel(const __grid_constant__ BwdArgs a) {
   using S = DqStoredSmem<D>;
   extern __shared__ uint8_t smem_raw[];
-  const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
+  // One CTA per (work-list slot, query head of the launch's slab).
+  const int group = a.hq / a.hkv, heads = a.ds_hkv * group;
+  const int slot = blockIdx.x / heads, h = a.ds_hk0 * group + int(blockIdx.x % heads);
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
   const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
   // Keys-only rows (before q_start, a multiple of the tile) get no dQ, as in dq_kernel.
   if (dt.len == 0 || (kDqWarpgroups * dt.tile) * kTileTokens < first_query(a.q_start, dt)) return;
   const int wg = warpgroup::index();
-  const int hk = h / (a.hq / a.hkv);
+  const int hk = h / group;
   const int mw = kDqWarpgroups * dt.tile + wg, m0 = mw * kTileTokens;
   const int valid_q = min(kTileTokens, dt.len - m0);
   const int num_tiles_doc = (dt.len + kTileTokens - 1) / kTileTokens;
@@ -1185,17 +1238,29 @@ cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// fp8_mixed with the stored dS: dK/dV writes dS to a.ds, the dQ GEMM reads it.
+// fp8_mixed with the stored dS: the documents' bases, then per slab of `slab` kv heads the
+// dK/dV pass (writes the slab's dS) and the dQ GEMM (reads it); the next slab's dK/dV waits
+// for this slab's GEMM in stream order, so one buffer serves every slab.
 template <int D>
-cudaError_t launch_backward_stored_dq(const BwdArgs& a, cudaStream_t stream) {
+cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t* doc_base, cudaStream_t stream) {
   constexpr int kDkdvSmem = DkdvSmem<D, true, false, true>::kAlloc, kDqSmem = DqStoredSmem<D>::kAlloc;
   cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, true, false, true>), kDkdvSmem);
   if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM(dq_stored_kernel<D>, kDqSmem);
   if (err != cudaSuccess) return err;
-  dkdv_kernel<D, true, false, true><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
+  ds_doc_bases<<<1, 1024, 0, stream>>>(a.cu_seqlens, num_docs, a.total_tokens, a.causal, doc_base);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  dq_stored_kernel<D><<<unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream>>>(a);
-  return cudaGetLastError();
+  a.ds_doc_base = doc_base;
+  const int group = a.hq / a.hkv;
+  for (int hk0 = 0; hk0 < a.hkv; hk0 += slab) {
+    a.ds_hk0 = hk0;
+    a.ds_hkv = std::min(slab, a.hkv - hk0);
+    dkdv_kernel<D, true, false, true>
+        <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    dq_stored_kernel<D><<<unsigned(int64_t(a.work.capacity) * a.ds_hkv * group), kDqThreads, kDqSmem, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 // The maps of the streamed tiles. Row tiles: 64 tokens of one head of a natural [T][H][D]
@@ -1245,10 +1310,11 @@ bool backward_dq_stored(flamia_recipe recipe) {
   return recipe == FLAMIA_RECIPE_FP8_MIXED && v != nullptr && std::strcmp(v, "hbm") == 0;
 }
 
-// The stored dS's buffer: 2 bytes a (query, key) pair of the band, far more than the
-// workspace (16 GB at fixed-16k), so it is a measurement mode's, held by the process and
-// grown when a call needs more (growing frees the old buffer, which synchronizes the
-// device). One buffer per process: a call on another device replaces it.
+// The stored dS's buffer: the documents' bases and a slab's runs (FLAMIA_BWD_DS_MIB bounds
+// it; 0.54 GB a head at fixed-16k), outside the workspace while this is a measurement
+// mode: held by the process and grown when a call needs more (growing frees the old
+// buffer, which synchronizes the device). One buffer per process: a call on another
+// device replaces it, and calls on streams that run at the same time must not use the mode.
 std::mutex g_ds_mutex;
 struct DsBuffer {
   int device = -1;
@@ -1335,13 +1401,31 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.work = work_list(base, layout, layout.fwd_work);
   a.dq = static_cast<uint16_t*>(dq);
   a.dq_acc = fused ? reinterpret_cast<float*>(ws + ws_layout.dq_acc) : nullptr;
+  int64_t* ds_doc_base = nullptr;
+  int ds_slab = 0;
   if (stored) {
-    const int64_t tiles_t = (T + kTileTokens - 1) / kTileTokens;
-    a.ds_query_slots = tiles_t + p.num_docs;
-    a.ds_band = int(std::min<int64_t>(std::max<int64_t>(1, (int64_t(p.max_seqlen) + kTileTokens - 1) / kTileTokens),
-                                      tiles_t));
-    const size_t bytes = size_t(p.hq) * size_t(a.ds_query_slots) * size_t(a.ds_band) * kDsTileBytes;
-    if ((err = stored_ds_buffer(bytes, &a.ds)) != cudaSuccess) return failed("the stored dS's buffer", err);
+    // A head's run, bounded from T, B and max_seqlen: at most N = ceil(T / 64) + B query
+    // tiles over all documents, each document at most M = ceil(max_seqlen / 64) tiles, so
+    // sum nt (nt + 1) / 2 <= N (M + 1) / 2 (causal) and sum nt^2 <= N M.
+    const int64_t n = (T + kTileTokens - 1) / kTileTokens + p.num_docs;
+    const int64_t m = std::min<int64_t>(std::max<int64_t>(1, (int64_t(p.max_seqlen) + kTileTokens - 1) / kTileTokens),
+                                        (T + kTileTokens - 1) / kTileTokens);
+    a.ds_head_tiles = p.causal ? (n * (m + 1) + 1) / 2 : n * m;
+    const int group = p.hq / p.hkv;
+    const size_t head_bytes = size_t(a.ds_head_tiles) * kDsTileBytes;
+    // The slab: as many kv heads (with their query heads) as FLAMIA_BWD_DS_MIB allows
+    // (default 4096), at least one; then spread evenly over the slabs.
+    const char* mib_env = std::getenv("FLAMIA_BWD_DS_MIB");
+    const size_t budget = size_t(mib_env != nullptr && std::atoll(mib_env) > 0 ? std::atoll(mib_env) : 4096) << 20;
+    const int most = int(std::max<size_t>(1, std::min<size_t>(size_t(p.hkv), budget / (head_bytes * group))));
+    const int slabs = (p.hkv + most - 1) / most;
+    ds_slab = (p.hkv + slabs - 1) / slabs;
+    const size_t base_bytes = quant::round_up(int64_t(p.num_docs) * int64_t(sizeof(int64_t)), 256);
+    uint8_t* buffer = nullptr;
+    if ((err = stored_ds_buffer(base_bytes + size_t(ds_slab) * group * head_bytes, &buffer)) != cudaSuccess)
+      return failed("the stored dS's buffer", err);
+    ds_doc_base = reinterpret_cast<int64_t*>(buffer);
+    a.ds = buffer + base_bytes;
   }
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
@@ -1360,7 +1444,8 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   if (fused)
     err = launch_backward_fused_dq(a, p.stream);
   else if (stored)
-    err = p.head_dim == 64 ? launch_backward_stored_dq<64>(a, p.stream) : launch_backward_stored_dq<128>(a, p.stream);
+    err = p.head_dim == 64 ? launch_backward_stored_dq<64>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
+                           : launch_backward_stored_dq<128>(a, p.num_docs, ds_slab, ds_doc_base, p.stream);
   else if (p.head_dim == 64)
     err = mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
   else

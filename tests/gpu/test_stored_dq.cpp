@@ -2,8 +2,8 @@
 // and forms dQ by a GEMM over it instead of recomputing S, dP and dS). Its dQ is the same
 // chain of BF16 k16 steps over the same values in the same order as the deterministic pass,
 // and dK, dV are computed as before: all three must be bitwise the default backward's, at
-// head dims 128 and 64, with GQA, causal and not, documents at the 64-token edges, q_start;
-// fp8 ignores the switch.
+// head dims 128 and 64, with GQA, causal and not, documents at the 64-token edges, q_start,
+// heads in slabs; fp8 ignores the switch.
 #if defined(FLAMIA_WITH_CUDA)
 
 #include <cstdlib>
@@ -19,22 +19,32 @@
 namespace flamia_gpu_test {
 namespace {
 
-// Sets FLAMIA_BWD_DQ=hbm for the scope.
+// Sets FLAMIA_BWD_DQ=hbm for the scope, and FLAMIA_BWD_DS_MIB (the buffer's budget) if given.
 class StoredDqEnv {
  public:
-  StoredDqEnv() { setenv("FLAMIA_BWD_DQ", "hbm", 1); }
-  ~StoredDqEnv() { unsetenv("FLAMIA_BWD_DQ"); }
+  explicit StoredDqEnv(const char* mib) : mib_(mib != nullptr) {
+    setenv("FLAMIA_BWD_DQ", "hbm", 1);
+    if (mib_) setenv("FLAMIA_BWD_DS_MIB", mib, 1);
+  }
+  ~StoredDqEnv() {
+    unsetenv("FLAMIA_BWD_DQ");
+    if (mib_) unsetenv("FLAMIA_BWD_DS_MIB");
+  }
+
+ private:
+  bool mib_;
 };
 
-// The default backward and the stored-dS one on the same inputs.
-void expect_bitwise(const Case& c, uint64_t seed) {
+// The default backward and the stored-dS one on the same inputs; mib: the buffer's budget
+// (1: one kv head a slab).
+void expect_bitwise(const Case& c, uint64_t seed, const char* mib = nullptr) {
   const Inputs in = make_inputs(c, seed);
   FwdResult f0, f1;
   BwdResult b0, b1;
   GpuRunner r0(c);
   ASSERT_EQ(r0.forward_backward(in, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
   {
-    StoredDqEnv stored;
+    StoredDqEnv stored(mib);
     GpuRunner r1(c);
     ASSERT_EQ(r1.forward_backward(in, &f1, &b1), FLAMIA_SUCCESS) << flamia_last_error();
   }
@@ -80,6 +90,12 @@ TEST(StoredDqQStart, BitwiseTheDeterministicBackward) {
   Case c = make(Param{2, true, 1, 128});
   c.q_start = {384, 128, 0, 0};
   expect_bitwise(c, 77);
+}
+
+// A budget of 1 MiB: one kv head (and its query heads) a slab, the documents' bases shared.
+TEST(StoredDqSlabs, OneKvHeadASlab) {
+  for (const bool causal : {true, false}) expect_bitwise(make(Param{4, causal, 1, 128}), 31, "1");
+  expect_bitwise(make(Param{1, true, 0, 64}), 32, "1");
 }
 
 // fp8 has no stored mode: the switch changes nothing.
