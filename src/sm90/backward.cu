@@ -20,10 +20,11 @@
 //      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
 //    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
-//    Two measurement modes of fp8_mixed (FLAMIA_BWD_DQ): `fused` (D = 128) forms dQ inside
-//    the dK/dV pass by FP32 reductions (no dQ kernel; not deterministic), `hbm` stores the
-//    dK/dV pass's bf16(dS) and replaces this kernel by a GEMM over it (dq_stored_kernel;
-//    the same bits, a buffer of 2 bytes a pair).
+//    Two measurement modes (FLAMIA_BWD_DQ): `fused` (fp8_mixed, D = 128) forms dQ inside the
+//    dK/dV pass by FP32 reductions (no dQ kernel; not deterministic); `hbm` has the dK/dV
+//    pass store dQ's operand of every tile pair (fp8_mixed's bf16(dS), fp8's codes and rho)
+//    and replaces this kernel by a GEMM over it (dq_stored_kernel; the same bits, a buffer
+//    of 2 or 1.06 bytes a pair).
 // Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the
 // products reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major
 // core matrices), zero past the document end. The other side streams through a ring of
@@ -363,8 +364,12 @@ struct DkdvSmem {
   static constexpr int kDsBuffer = kDkdvWarpgroups * kDsChunk;
   static constexpr int kKt = align_up(kDkdvWarpgroups * kKeyBytes, kSwizzleAlign);
   static constexpr int kDs = kKt + (kFused ? kDkdvWarpgroups * kKtChunk : 0);
-  // The stored dS (kStoreDs) uses the same two buffers, each warpgroup its own chunk.
-  static constexpr int kStage0 = kDs + (kFused || kStoreDs ? 2 * kDsBuffer : 0);
+  // The stored dS (kStoreDs): fp8_mixed uses the same two buffers, each warpgroup its own
+  // chunk; fp8 two buffers of FP32 staging, 64 query rows of the warpgroup's 64 keys each.
+  static constexpr int kStagingRowFloats = kTileTokens + 4;  // +4: conflict-free column writes
+  static constexpr int kStagingChunk = kTileTokens * kStagingRowFloats * 4;
+  static constexpr int kStoreBytes = !kStoreDs ? 0 : kMixed ? 2 * kDsBuffer : 2 * kDkdvWarpgroups * kStagingChunk;
+  static constexpr int kStage0 = align_up(kDs + (kFused ? 2 * kDsBuffer : kStoreBytes), kSwizzleAlign);
   // One stage: a query tile of one head, read by both warpgroups. The TMA tiles first
   // (kTmaBytes, swizzle-aligned), then the per-query values sq, sdo, LSE, D (cp.async).
   static constexpr int kQ = 0;                                // B of Sᵀ: Q rows
@@ -407,25 +412,34 @@ struct FusedDq {
 };
 constexpr int kFusedDqBarrier = warpgroup::kFirstNamedBarrier;
 
-// The stored dS (FLAMIA_BWD_DQ=hbm; fp8_mixed): the dK/dV pass writes each
-// warpgroup's bf16(dS) of a step — its 64 keys by the step's 64 queries, as the fused dQ's
-// A-operand image (store_ds_transposed: K-major query rows, swizzled by the row index, so
-// any 1024-byte-aligned copy of it is the same operand) — to global memory, and the dQ GEMM
-// (dq_stored_kernel) bulk-copies it back instead of recomputing S, dP and dS: six matmuls a
-// tile pair instead of seven, and dQ the same chain of k16 steps over the same values as the
-// deterministic pass. Only the tile pairs that exist are stored, 8 KB each: a head's run
+// The stored dS (FLAMIA_BWD_DQ=hbm): the dK/dV pass writes dQ's operand of each warpgroup's
+// step — its 64 keys by the step's 64 queries — to global memory as a shared-memory operand
+// image (swizzled by the row index, so any 1024-byte-aligned copy of it is the same
+// operand): fp8_mixed's bf16(dS) as the fused dQ's (store_ds_transposed), fp8's codes and
+// rho (store_fp8_ds_rows). The dQ GEMM (dq_stored_kernel) bulk-copies it back instead of
+// recomputing S, dP and dS: six matmuls a tile pair instead of seven, and dQ the same
+// operands through the same steps as the deterministic pass. Only the tile pairs that exist are stored, 8 KB each: a head's run
 // holds every document's, document b from ds_doc_base[b] on, query tile m's key tiles
 // from m (m + 1) / 2 (causal: keys 0..m) or m nt (nt tiles a document, all keys) on. The
 // buffer holds the runs of a slab of heads at once (launch_backward_stored_dq walks the
 // slabs), so its size is bounded. Clamped: a corrupt document (the guard's error) cannot
 // address outside the buffer.
+// A stored tile: fp8_mixed's BF16 image (8 KB), or fp8's q8(dS sk / rho) codes as a 64-byte-
+// swizzled K-major FP8 image (4 KB, keys in the transposed copies' fragment order, as dQ's
+// register operand holds them) followed by the 64 rows' rho (256 bytes).
 constexpr int kDsTileBytes = kTileTokens * kBf16ColRowBytes;
+constexpr int kDsCodesBytes = kTileTokens * kTileTokens;
+constexpr int kDsRhoBytes = kTileTokens * 4;
+template <bool kMixed>
+constexpr int kStoredTileBytes = kMixed ? kDsTileBytes : kDsCodesBytes + kDsRhoBytes;
+// ds_tile: the byte offset of a tile (kStoredTileBytes each).
+template <bool kMixed>
 __device__ __forceinline__ int64_t ds_tile(const BwdArgs& a, int h, const DocTile& dt, int m, int n) {
   const int64_t nt = (dt.len + kTileTokens - 1) / kTileTokens;
   const int64_t in_doc = a.causal ? int64_t(m) * (m + 1) / 2 + n : int64_t(m) * nt + n;
   const int64_t tile = min(max(__ldg(a.ds_doc_base + dt.doc) + in_doc, int64_t(0)), a.ds_head_tiles - 1);
   const int h_slab = h - a.ds_hk0 * (a.hq / a.hkv);  // the slab's query heads
-  return (int64_t(h_slab) * a.ds_head_tiles + tile) * kDsTileBytes;
+  return (int64_t(h_slab) * a.ds_head_tiles + tile) * kStoredTileBytes<kMixed>;
 }
 
 // ds_doc_base: every document's first tile in a head's run, an exclusive scan of its tile
@@ -495,11 +509,11 @@ __device__ __forceinline__ void store_ds_transposed(uint32_t chunk, const uint32
   }
 }
 
-// The stored dS: this warpgroup's operand into its chunk, then the chunk to global memory,
-// 16 bytes a thread per instruction (a warp writes 512 contiguous bytes), streaming stores:
-// the dQ GEMM reads it only after the whole pass. The chunk alternates with every step the
-// warpgroup computes, so the barrier of the next one orders these reads before it is
-// written again.
+// fp8_mixed's stored dS: this warpgroup's operand into its chunk, then the chunk to global
+// memory, 16 bytes a thread per instruction (a warp writes 512 contiguous bytes), streaming
+// stores: the dQ GEMM reads it only after the whole pass. The chunk alternates with every
+// step the warpgroup computes, so the barrier of the next one orders these reads before it
+// is written again.
 __device__ __forceinline__ void store_ds_tile(const StoredDs& sd, const uint32_t (&a)[4][4]) {
   store_ds_transposed(sd.chunk, a);
   warpgroup::bar_sync(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads);
@@ -514,6 +528,49 @@ __device__ __forceinline__ void store_ds_tile(const StoredDs& sd, const uint32_t
                  : "memory");
     __stcs(reinterpret_cast<int4*>(sd.tile + off), v);
   }
+}
+
+// fp8's stored dS, once the warpgroup's x = dS sk (FP32, masked pairs 0) of the step is in
+// its staging chunk (query rows; written in dkdv_query_tile, then a named barrier): thread
+// t takes query row t / 2 and keys 32 (t % 2) .. + 31, and writes what dQ's register operand
+// would hold — rho = pow2_scale(max |x| over the row's 64 keys) (the pair of threads
+// combines its halves; NaN skipped, as row_pow2_scales does) and codes e4m3(x / rho) — as
+// the K-major image: 16-byte chunk c (16-key group c, positions in fragment order: position
+// 4 qd + bb = key 2 qd + (bb & 1) + 8 (bb >> 1)) of row i at c ^ ((i % 8) / 2), TMA's
+// 64-byte swizzle, then the row's rho after the 64 rows.
+__device__ __forceinline__ void store_fp8_ds_rows(uint32_t staging, uint8_t* tile, int row_floats) {
+  const int t = tile_tid(), i = t >> 1, half = t & 1;
+  float x[32];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(staging + uint32_t(4 * (i * row_floats + 32 * half + 4 * k)))
+                 : "memory");
+    x[4 * k] = v.x;
+    x[4 * k + 1] = v.y;
+    x[4 * k + 2] = v.z;
+    x[4 * k + 3] = v.w;
+  }
+  float m = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 32; ++k) m = fmaxf(m, fabsf(x[k]));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  const float rho = fmt::pow2_scale_e4m3(m), inv = fmt::pow2_reciprocal(rho);
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {  // the thread's 16-key groups 2 half + g
+    const float* v = x + 16 * g;
+    uint4 w;
+    uint32_t* wv = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+    for (int qd = 0; qd < 4; ++qd)
+      wv[qd] = ptx::pack_e4m3x4(__fmul_rn(v[2 * qd], inv), __fmul_rn(v[2 * qd + 1], inv),
+                                __fmul_rn(v[8 + 2 * qd], inv), __fmul_rn(v[9 + 2 * qd], inv));
+    const int c = 2 * half + g;
+    __stcs(reinterpret_cast<uint4*>(tile + i * kTileTokens + ((c ^ ((i & 7) >> 1)) << 4)), w);
+  }
+  if (half == 0) __stcs(reinterpret_cast<float*>(tile + kDsCodesBytes) + i, rho);
 }
 
 // After both warpgroups stored their dS (each fenced its stores for the async proxy): this
@@ -674,12 +731,27 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       wgmma::pin(pv.a);
     }
   } else {
-    // fp8: in place, s <- Pᵀ * sdo / sigma (dV's operand) and dp <- dSᵀ * sq (dK's).
+    // fp8: in place, s <- Pᵀ * sdo / sigma (dV's operand) and dp <- dSᵀ * sq (dK's); with
+    // the stored dS also x = dS sk (dQ's, before its row scale) into the staging chunk, as
+    // query rows (row stride kStagingRowFloats: a warp's 32 writes hit 32 banks).
+    [[maybe_unused]] float sk_row[2];
+    if constexpr (kStoreDs) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        sk_row[r] = reinterpret_cast<const float*>(smem + keys + S::kSk)[row0 + (lane_id() >> 2) + 8 * r];
+    }
     for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int r, bool visible) {
       const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(skc_row[r], sq[col]),
                                     __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
       s[n][e] = visible ? __fmul_rn(pg.p, __fmul_rn(sdo[col], inv_sigma)) : 0.0f;
       dp[n][e] = visible ? __fmul_rn(pg.ds, sq[col]) : 0.0f;
+      if constexpr (kStoreDs) {
+        const float x = visible ? __fmul_rn(pg.ds, sk_row[r]) : 0.0f;
+        const int key = row0 + (lane_id() >> 2) + 8 * r;
+        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sd.chunk + uint32_t(4 * (col * S::kStagingRowFloats + key))),
+                     "f"(x)
+                     : "memory");
+      }
     });
     // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
     // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
@@ -702,13 +774,19 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       accumulate_token_product<D, false, false>(dk, ds, dk_b);
       accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
     }
+    if constexpr (kStoreDs) {
+      // Every thread's x is in the chunk; the chunk alternates with each computed step, so
+      // this barrier also orders the previous use's reads before these writes were made.
+      warpgroup::bar_sync(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads);
+      store_fp8_ds_rows(sd.chunk, sd.tile, S::kStagingRowFloats);
+    }
   }
 }
 
 template <int D, bool kMixed, bool kFused, bool kStoreDs = false>
 __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_constant__ BwdArgs a) {
   static_assert(!kFused || (kMixed && D == 128), "the fused dQ is fp8_mixed's, at D = 128");
-  static_assert(!kStoreDs || (kMixed && !kFused), "the stored dS is fp8_mixed's");
+  static_assert(!(kStoreDs && kFused), "the stored dS and the fused dQ are alternatives");
   using S = DkdvSmem<D, kMixed, kFused, kStoreDs>;
   extern __shared__ uint8_t smem_raw[];
   // One CTA per (work-list slot, kv head); the stored dS's launches cover a slab of kv heads.
@@ -837,8 +915,9 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     if (valid_k > 0 && (!a.causal || m >= nw)) {
       StoredDs sd{};
       if constexpr (kStoreDs) {
-        sd.chunk = base + S::kDs + (stored & 1) * S::kDsBuffer + wg * S::kDsChunk;
-        sd.tile = a.ds + ds_tile(a, cur.h, dt, m, nw);
+        sd.chunk = kMixed ? base + S::kDs + (stored & 1) * S::kDsBuffer + wg * S::kDsChunk
+                          : base + S::kDs + ((stored & 1) * kDkdvWarpgroups + wg) * S::kStagingChunk;
+        sd.tile = a.ds + ds_tile<kMixed>(a, cur.h, dt, m, nw);
         ++stored;
       }
       // The fused dQ and the stored dS also carry dS's key rows past the document (dK, dV
@@ -1081,34 +1160,40 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
 }
 
-// The dQ GEMM of the stored dS (FLAMIA_BWD_DQ=hbm; fp8_mixed): the dQ pass's CTAs
-// and order (128 queries, two warpgroups sharing each key tile, tiles ascending, chained BF16
-// k16 steps from zero), but each key tile's product takes its A operand from the dS tile the
-// dK/dV pass stored instead of forming it: dQ[i] += bf16(dS[i, :]) · K, bit for bit the
-// deterministic pass's sum. A stage: the key tile's BF16 Kᵀ (TMA, as the dQ pass streams it)
-// and the two warpgroups' dS tiles (bulk copies), all announced to one mbarrier by the
-// elected thread; nothing per thread, so the stages are all bytes and the pass reads them
-// at HBM speed.
-template <int D>
+// The dQ GEMM of the stored dS (FLAMIA_BWD_DQ=hbm): the dQ pass's CTAs and order (128
+// queries, two warpgroups sharing each key tile, tiles ascending), but each key tile's
+// product takes its A operand from the tile the dK/dV pass stored instead of forming it:
+// fp8_mixed chains the BF16 k16 steps of bf16(dS) · K onto dQ from zero; fp8 forms
+// codes · Kᵀ in a fresh accumulator and folds it with the rows' rho (fmaf, as the dQ
+// pass). The same operands and steps as the deterministic pass, so the same bits. A stage:
+// the key tile's Kᵀ (TMA, as the dQ pass streams it) and the two warpgroups' stored tiles
+// (bulk copies), all announced to one mbarrier by the elected thread; nothing per thread,
+// so the stages are all bytes and the pass reads them at HBM speed.
+template <int D, bool kMixed>
 struct DqStoredSmem {
-  static constexpr int kKt = 0;                                       // B: Kᵀ columns (BF16)
-  static constexpr int kDs = kKt + D * kBf16ColRowBytes;             // A: warpgroup w's dS at kDs + w * kDsTileBytes
-  static constexpr int kStageBytes = kDs + kDqWarpgroups * kDsTileBytes;  // a multiple of 1024
-  static constexpr int kStages = 3;  // 96 KB (D = 128): two CTAs a SM, 192 KB of tiles in flight
+  static constexpr int kKt = 0;                                 // B: Kᵀ columns
+  static constexpr int kKtBytes = kDsColTileBytes<D, kMixed>;  // BF16 or FP8
+  // A: warpgroup w's image at kDs + w * kImageBytes (1024-aligned); fp8's rho after both.
+  static constexpr int kImageBytes = kMixed ? kDsTileBytes : kDsCodesBytes;
+  static constexpr int kDs = kKt + kKtBytes;
+  static constexpr int kRho = kDs + kDqWarpgroups * kImageBytes;
+  static constexpr int kStageBytes = align_up(kRho + (kMixed ? 0 : kDqWarpgroups * kDsRhoBytes), kSwizzleAlign);
+  static constexpr int kTxBytes = kKtBytes + kDqWarpgroups * kStoredTileBytes<kMixed>;
+  static constexpr int kStages = 3;  // 96 KB (fp8_mixed, D = 128): two CTAs a SM
   static constexpr int kFull = kStages * kStageBytes;
   static constexpr int kEmpty = kFull + 8 * kStages;
   static constexpr int kBytes = kEmpty + 8 * kStages;
   static constexpr int kAlloc = kBytes + kSwizzleAlign;
-  static_assert(kStageBytes % kSwizzleAlign == 0, "the stages' operands stay swizzle-aligned");
+  static_assert(kDs % kSwizzleAlign == 0 && kImageBytes % kSwizzleAlign == 0, "the images stay swizzle-aligned");
   static_assert(kAlloc <= 227 * 1024, "the stored dQ's shared memory");
   static constexpr int stage(int s) { return s * kStageBytes; }
   static constexpr int full(int s) { return kFull + 8 * s; }
   static constexpr int empty(int s) { return kEmpty + 8 * s; }
 };
 
-template <int D>
-__global__ void __launch_bounds__(kDqThreads, 2) dq_stored_kernel(const __grid_constant__ BwdArgs a) {
-  using S = DqStoredSmem<D>;
+template <int D, bool kMixed>
+__global__ void __launch_bounds__(kDqThreads, kMixed ? 2 : 1) dq_stored_kernel(const __grid_constant__ BwdArgs a) {
+  using S = DqStoredSmem<D, kMixed>;
   extern __shared__ uint8_t smem_raw[];
   // One CTA per (work-list slot, query head of the launch's slab).
   const int group = a.hq / a.hkv, heads = a.ds_hkv * group;
@@ -1137,15 +1222,18 @@ __global__ void __launch_bounds__(kDqThreads, 2) dq_stored_kernel(const __grid_c
   }
   __syncthreads();
 
-  // The elected thread: key tile n into stage s (both warpgroups' dS tiles, also where one
-  // is never read: a warpgroup past its diagonal or past the document reads none).
+  // The elected thread: key tile n into stage s (both warpgroups' tiles, also where one is
+  // never read: a warpgroup past its diagonal or past the document reads none).
   auto load_key_tile = [&](int s, int n) {
     const uint32_t st = base + S::stage(s), full = base + S::full(s);
-    mbar::arrive_expect_tx(full, S::kStageBytes);
-    tma::load_2d(st + S::kKt, a.kt_cols, full, 2 * (int(dt.pstart) + n * kTileTokens), hk * D);
-    for (int w = 0; w < kDqWarpgroups; ++w)
-      tma::load_bulk(st + S::kDs + w * kDsTileBytes, a.ds + ds_tile(a, h, dt, kDqWarpgroups * dt.tile + w, n),
-                     kDsTileBytes, full);
+    const int pos = int(dt.pstart) + n * kTileTokens;
+    mbar::arrive_expect_tx(full, S::kTxBytes);
+    tma::load_2d(st + S::kKt, a.kt_cols, full, kMixed ? 2 * pos : pos, hk * D);  // BF16: byte coordinates
+    for (int w = 0; w < kDqWarpgroups; ++w) {
+      const uint8_t* tile = a.ds + ds_tile<kMixed>(a, h, dt, kDqWarpgroups * dt.tile + w, n);
+      tma::load_bulk(st + S::kDs + w * S::kImageBytes, tile, S::kImageBytes, full);
+      if constexpr (!kMixed) tma::load_bulk(st + S::kRho + w * kDsRhoBytes, tile + kDsCodesBytes, kDsRhoBytes, full);
+    }
   };
   StageCursor<S::kStages> load, use;
   auto load_step = [&](int n) {
@@ -1164,19 +1252,35 @@ __global__ void __launch_bounds__(kDqThreads, 2) dq_stored_kernel(const __grid_c
 #pragma unroll
     for (int e = 0; e < 4; ++e) dq[c][e] = 0.0f;
   const int last = valid_q <= 0 ? -1 : a.causal ? min(mw, num_key_tiles - 1) : num_key_tiles - 1;
+  const int row = 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's rows: row, row + 8
   for (int n = 0; n < num_key_tiles; ++n) {
     if (n + S::kStages - 1 < num_key_tiles) load_step(n + S::kStages - 1);
     mbar::wait(base + S::full(use.index), use.phase);
     if (n <= last) {
-      const uint32_t st = base + S::stage(use.index);
-      wgmma::fence();
+      const uint32_t st = base + S::stage(use.index), img = st + S::kDs + wg * S::kImageBytes;
+      if constexpr (kMixed) {
+        wgmma::fence();
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks)
-        wgmma::mma_ss_bf16<true>(dq, mma::desc<kBf16ColRowBytes>(st + S::kDs + wg * kDsTileBytes, ks),
-                                 mma::desc<kBf16ColRowBytes>(st + S::kKt, ks));
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::pin(dq);
+        for (int ks = 0; ks < 4; ++ks)
+          wgmma::mma_ss_bf16<true>(dq, mma::desc<kBf16ColRowBytes>(img, ks), mma::desc<kBf16ColRowBytes>(st + S::kKt, ks));
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(dq);
+      } else {
+        float fresh[D / 8][4];
+        wgmma::fence();
+        wgmma::mma_ss<false>(fresh, mma::desc<kTileTokens>(img, 0), mma::desc<kTileTokens>(st + S::kKt, 0));
+        wgmma::mma_ss<true>(fresh, mma::desc<kTileTokens>(img, 1), mma::desc<kTileTokens>(st + S::kKt, 1));
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(fresh);
+        const float* rho = reinterpret_cast<const float*>(smem + S::stage(use.index) + S::kRho + wg * kDsRhoBytes);
+        const float r0 = rho[row], r1 = rho[row + 8];
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dq[c][e] = fmaf(e < 2 ? r0 : r1, fresh[c][e], dq[c][e]);
+      }
     }
     release_stage(base + S::empty(use.index));
     use.advance();
@@ -1238,14 +1342,14 @@ cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// fp8_mixed with the stored dS: the documents' bases, then per slab of `slab` kv heads the
+// The stored dS: the documents' bases, then per slab of `slab` kv heads the
 // dK/dV pass (writes the slab's dS) and the dQ GEMM (reads it); the next slab's dK/dV waits
 // for this slab's GEMM in stream order, so one buffer serves every slab.
-template <int D>
+template <int D, bool kMixed>
 cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t* doc_base, cudaStream_t stream) {
-  constexpr int kDkdvSmem = DkdvSmem<D, true, false, true>::kAlloc, kDqSmem = DqStoredSmem<D>::kAlloc;
-  cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, true, false, true>), kDkdvSmem);
-  if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM(dq_stored_kernel<D>, kDqSmem);
+  constexpr int kDkdvSmem = DkdvSmem<D, kMixed, false, true>::kAlloc, kDqSmem = DqStoredSmem<D, kMixed>::kAlloc;
+  cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false, true>), kDkdvSmem);
+  if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_stored_kernel<D, kMixed>), kDqSmem);
   if (err != cudaSuccess) return err;
   ds_doc_bases<<<1, 1024, 0, stream>>>(a.cu_seqlens, num_docs, a.total_tokens, a.causal, doc_base);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -1254,10 +1358,11 @@ cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t
   for (int hk0 = 0; hk0 < a.hkv; hk0 += slab) {
     a.ds_hk0 = hk0;
     a.ds_hkv = std::min(slab, a.hkv - hk0);
-    dkdv_kernel<D, true, false, true>
+    dkdv_kernel<D, kMixed, false, true>
         <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    dq_stored_kernel<D><<<unsigned(int64_t(a.work.capacity) * a.ds_hkv * group), kDqThreads, kDqSmem, stream>>>(a);
+    dq_stored_kernel<D, kMixed>
+        <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv * group), kDqThreads, kDqSmem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1304,10 +1409,10 @@ bool backward_dq_fused(flamia_recipe recipe, int head_dim) {
 
 namespace {
 
-// FLAMIA_BWD_DQ=hbm (fp8_mixed): the stored dS (dq_stored_kernel).
-bool backward_dq_stored(flamia_recipe recipe) {
+// FLAMIA_BWD_DQ=hbm: the stored dS (dq_stored_kernel), either recipe.
+bool backward_dq_stored() {
   const char* v = std::getenv("FLAMIA_BWD_DQ");
-  return recipe == FLAMIA_RECIPE_FP8_MIXED && v != nullptr && std::strcmp(v, "hbm") == 0;
+  return v != nullptr && std::strcmp(v, "hbm") == 0;
 }
 
 // The stored dS's buffer: the documents' bases and a slab's runs (FLAMIA_BWD_DS_MIB bounds
@@ -1360,7 +1465,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   // The fused dQ: selected, and no q_start (its rows before q_start would be written).
   const bool fused_selected = backward_dq_fused(p.recipe, p.head_dim);
   const bool fused = fused_selected && p.q_start == nullptr;
-  const bool stored = backward_dq_stored(p.recipe);
+  const bool stored = backward_dq_stored();
   const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
                                                          p.recipe, fused_selected);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
@@ -1412,7 +1517,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
                                         (T + kTileTokens - 1) / kTileTokens);
     a.ds_head_tiles = p.causal ? (n * (m + 1) + 1) / 2 : n * m;
     const int group = p.hq / p.hkv;
-    const size_t head_bytes = size_t(a.ds_head_tiles) * kDsTileBytes;
+    const size_t head_bytes = size_t(a.ds_head_tiles) * (mixed ? kStoredTileBytes<true> : kStoredTileBytes<false>);
     // The slab: as many kv heads (with their query heads) as FLAMIA_BWD_DS_MIB allows
     // (default 4096), at least one; then spread evenly over the slabs.
     const char* mib_env = std::getenv("FLAMIA_BWD_DS_MIB");
@@ -1444,8 +1549,11 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   if (fused)
     err = launch_backward_fused_dq(a, p.stream);
   else if (stored)
-    err = p.head_dim == 64 ? launch_backward_stored_dq<64>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
-                           : launch_backward_stored_dq<128>(a, p.num_docs, ds_slab, ds_doc_base, p.stream);
+    err = p.head_dim == 64
+              ? (mixed ? launch_backward_stored_dq<64, true>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
+                       : launch_backward_stored_dq<64, false>(a, p.num_docs, ds_slab, ds_doc_base, p.stream))
+              : (mixed ? launch_backward_stored_dq<128, true>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
+                       : launch_backward_stored_dq<128, false>(a, p.num_docs, ds_slab, ds_doc_base, p.stream));
   else if (p.head_dim == 64)
     err = mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
   else
