@@ -99,10 +99,6 @@ struct BwdArgs {
   WorkList work;  // 128-token tiles: the dK/dV pass's key tiles, the dQ pass's query tiles
   uint16_t* dq;         // bf16 [T, Hq, D]
   float* dq_acc;        // fp32 [T, Hq, D], zeroed: the fused dQ's sums (workspace), else null
-  uint8_t* ds;                 // bf16 dS tiles (FLAMIA_BWD_DQ=hbm, ds_tile), else null
-  const int64_t* ds_doc_base;  // [B]: a document's first tile in a head's run (ds_doc_bases)
-  int64_t ds_head_tiles;       // tiles a head's run holds (a bound over every document)
-  int ds_hk0, ds_hkv;          // this launch's slab of kv heads: [ds_hk0, ds_hk0 + ds_hkv)
   uint16_t* dk;         // bf16 [T, Hkv, D]
   uint16_t* dv;         // bf16 [T, Hkv, D]
   int64_t total_tokens;
@@ -110,6 +106,11 @@ struct BwdArgs {
   bool causal;
   float c;              // softmax_scale * log2(e)
   float softmax_scale;
+  // The stored dS (FLAMIA_BWD_DQ=hbm), else null / 0.
+  uint8_t* ds;                 // the stored tiles (ds_tile)
+  const int64_t* ds_doc_base;  // [B]: a document's first tile in a head's run (ds_doc_bases)
+  int64_t ds_head_tiles;       // tiles a head's run holds (a bound over every document)
+  int ds_hk0, ds_hkv;          // this launch's slab of kv heads: [ds_hk0, ds_hk0 + ds_hkv)
 };
 static_assert(sizeof(BwdArgs) <= 4096, "a kernel parameter block holds at most 4 KB");
 
