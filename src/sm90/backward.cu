@@ -419,12 +419,12 @@ constexpr int kFusedDqBarrier = warpgroup::kFirstNamedBarrier;
 // operand): fp8_mixed's bf16(dS) as the fused dQ's (store_ds_transposed), fp8's codes and
 // rho (store_fp8_ds_rows). The dQ GEMM (dq_stored_kernel) bulk-copies it back instead of
 // recomputing S, dP and dS: six matmuls a tile pair instead of seven, and dQ the same
-// operands through the same steps as the deterministic pass. Only the tile pairs that exist are stored, 8 KB each: a head's run
-// holds every document's, document b from ds_doc_base[b] on, query tile m's key tiles
-// from m (m + 1) / 2 (causal: keys 0..m) or m nt (nt tiles a document, all keys) on. The
-// buffer holds the runs of a slab of heads at once (launch_backward_stored_dq walks the
-// slabs), so its size is bounded. Clamped: a corrupt document (the guard's error) cannot
-// address outside the buffer.
+// operands through the same steps as the deterministic pass. Only the tile pairs that
+// exist are stored (kStoredTileBytes each): a head's run holds every document's, document
+// b from ds_doc_base[b] on, query tile m's key tiles from m (m + 1) / 2 (causal: keys
+// 0..m) or m nt (nt tiles a document, all keys) on. The buffer holds the runs of a slab of
+// heads at once (launch_backward_stored_dq walks the slabs), so its size is bounded.
+// Clamped: a corrupt document (the guard's error) cannot address outside the buffer.
 // A stored tile: fp8_mixed's BF16 image (8 KB), or fp8's q8(dS sk / rho) codes as a 64-byte-
 // swizzled K-major FP8 image (4 KB, keys in the transposed copies' fragment order, as dQ's
 // register operand holds them) followed by the 64 rows' rho (256 bytes).
