@@ -1180,7 +1180,11 @@ struct DqStoredSmem {
   static constexpr int kRho = kDs + kDqWarpgroups * kImageBytes;
   static constexpr int kStageBytes = align_up(kRho + (kMixed ? 0 : kDqWarpgroups * kDsRhoBytes), kSwizzleAlign);
   static constexpr int kTxBytes = kKtBytes + kDqWarpgroups * kStoredTileBytes<kMixed>;
-  static constexpr int kStages = 3;  // 96 KB (fp8_mixed, D = 128): two CTAs a SM
+  // Two CTAs a SM where the registers allow (all but fp8 at D = 128, whose fresh accumulator
+  // and sum take 176): each with three stages (fp8_mixed at D = 128: 96 KB), or one CTA with
+  // six, so that an SM keeps ~100 KB of tiles in flight either way (the pass is HBM-bound).
+  static constexpr bool kTwoCtas = kMixed || D == 64;
+  static constexpr int kStages = kTwoCtas ? 3 : 6;
   static constexpr int kFull = kStages * kStageBytes;
   static constexpr int kEmpty = kFull + 8 * kStages;
   static constexpr int kBytes = kEmpty + 8 * kStages;
@@ -1193,7 +1197,7 @@ struct DqStoredSmem {
 };
 
 template <int D, bool kMixed>
-__global__ void __launch_bounds__(kDqThreads, kMixed ? 2 : 1) dq_stored_kernel(const __grid_constant__ BwdArgs a) {
+__global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas ? 2 : 1) dq_stored_kernel(const __grid_constant__ BwdArgs a) {
   using S = DqStoredSmem<D, kMixed>;
   extern __shared__ uint8_t smem_raw[];
   // One CTA per (work-list slot, query head of the launch's slab).
