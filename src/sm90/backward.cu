@@ -108,14 +108,21 @@ static_assert(sizeof(BwdArgs) <= 4096, "a kernel parameter block holds at most 4
 // powers of two, so these products are exact and P = exp2(S c - lse2) and dP - D each keep
 // the single rounding the specification gives them, at one multiply per pair instead of two
 // (dP - D is one fused multiply-add). Callers zero masked pairs by selection, so nothing of
-// a masked pair (a NaN scale, say) can reach a result.
+// a masked pair (a NaN scale, say) can reach a result. pair_p and pair_ds are the two
+// halves, for a caller that forms P in one pass and dS in a later one (fp8_mixed's dK/dV).
+__device__ __forceinline__ float pair_p(float s_dot, float s_comb, float lse2) {
+  return ptx::ex2(fmaf(s_dot, s_comb, -lse2));
+}
+__device__ __forceinline__ float pair_ds(float p, float dp_dot, float dp_comb, float d) {
+  return __fmul_rn(p, fmaf(dp_dot, dp_comb, -d));
+}
 struct PairGrad {
   float p, ds;
 };
 __device__ __forceinline__ PairGrad pair_grad(float s_dot, float dp_dot, float s_comb, float dp_comb, float lse2,
                                               float d) {
-  const float p = ptx::ex2(fmaf(s_dot, s_comb, -lse2));
-  return {p, __fmul_rn(p, fmaf(dp_dot, dp_comb, -d))};
+  const float p = pair_p(s_dot, s_comb, lse2);
+  return {p, pair_ds(p, dp_dot, dp_comb, d)};
 }
 
 // The A operand of a product reduced over the tile's 64 tokens, from an accumulator-layout
@@ -530,7 +537,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int r, bool visible) {
       const float s_comb = __fmul_rn(skc_row[r], sq[col]);
       if constexpr (kDvFirst) {
-        s[n][e] = visible ? ptx::ex2(fmaf(s[n][e], s_comb, -lse2[col])) : 0.0f;
+        s[n][e] = visible ? pair_p(s[n][e], s_comb, lse2[col]) : 0.0f;
       } else {
         const PairGrad pg = pair_grad(s[n][e], dp[n][e], s_comb, __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
         s[n][e] = visible ? pg.p : 0.0f;
@@ -542,7 +549,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       chain_token_product<D>(dv, pv, st + S::kDot);
       // dS = P (dP - D): pair_grad's second half, on the P just formed.
       for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int r, bool visible) {
-        const float ds = __fmul_rn(s[n][e], fmaf(dp[n][e], __fmul_rn(sdo[col], sv_row[r]), -dvec[col]));
+        const float ds = pair_ds(s[n][e], dp[n][e], __fmul_rn(sdo[col], sv_row[r]), dvec[col]);
         dp[n][e] = visible ? ds : 0.0f;
       });
     }
