@@ -2,7 +2,7 @@
 """Opcode histogram of one kernel's SASS, for the per-score instruction budget.
 
     cuobjdump -sass build/libflamia.so > all.sass      (or: nvdisasm -c kernel.cubin > all.sass)
-    python3 tools/sass_histogram.py all.sass forward_fast_kernelILi128 [--scores-per-thread 64] [--trace HGMMA,LDL,STL]
+    python3 tools/sass_histogram.py all.sass forward_fast_kernelILi128 [--scores-per-thread 64] [--trace QGMMA,LDL,STL]
 
 Counts the instructions of the first function whose mangled name contains the pattern,
 grouped by opcode (modifiers dropped: FMNMX.NAN -> FMNMX). The counts are static (code
@@ -23,7 +23,7 @@ def main() -> int:
     ap.add_argument("--scores-per-thread", type=int, default=0)
     ap.add_argument("--listing", action="store_true", help="also print the function's SASS")
     ap.add_argument("--trace", default="",
-                    help="comma-separated opcodes (e.g. HGMMA,LDL,STL,BAR): print where each occurs, in "
+                    help="comma-separated opcodes (e.g. QGMMA,LDL,STL,BAR; QGMMA is FP8 wgmma, HGMMA BF16): print where each occurs, in "
                          "code order, runs of one opcode folded, to see whether spills sit inside a loop")
     args = ap.parse_args()
     text = open(args.sass, encoding="utf-8", errors="replace").read().splitlines()
@@ -44,15 +44,15 @@ def main() -> int:
         if not inside:
             continue
         listing.append(line)
-        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]+)?", line)
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]+)?", line)
         if m:
-            counts[m.group(2)] += 1
-            if m.group(2) in trace_ops:
-                offset = re.match(r"\s*/\*([0-9a-f]{4,})\*/", line).group(1)
-                if trace and trace[-1][0] == m.group(2):
+            offset, op = m.group(1), m.group(3)
+            counts[op] += 1
+            if op in trace_ops:
+                if trace and trace[-1][0] == op:
                     trace[-1][2] += 1
                 else:
-                    trace.append([m.group(2), offset, 1])
+                    trace.append([op, offset, 1])
     if not counts:
         print(f"no function matching {args.pattern!r}", file=sys.stderr)
         return 1
