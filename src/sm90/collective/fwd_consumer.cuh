@@ -130,10 +130,9 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     auto fold = [&](float (&fresh)[D / 8][4], int n) {
       mma::pin(fresh);
       mma::pin(tp.p8);
-      // This warp is done with the stage: every lane's reads of its scales (softmax) are
-      // ordered before lane 0's release by the warp barrier, not only lane 0's own.
-      __syncwarp();
-      if (lane == 0) mbar::arrive(empty0 + 8 * stage_of(n));
+      // This warp is done with the stage: every lane releases its own reads of the stage's
+      // scales (softmax), so that no ordering rests on lanes other than the arriving one.
+      mbar::arrive(empty0 + 8 * stage_of(n));
       // Once no row of the warp has a new maximum (the common case after the first tiles),
       // alpha is 1 and acc * alpha == acc: skip the multiply (warp-uniform branch).
       if (__all_sync(0xffffffffu, tp.alpha[0] == 1.0f && tp.alpha[1] == 1.0f)) {

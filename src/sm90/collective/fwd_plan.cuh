@@ -64,9 +64,12 @@ struct Plan {
 
   __host__ __device__ static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
   // Arrivals that complete a phase: full = the producer lane's expect_tx + 32 lanes' scale
-  // copies landing; empty / q_empty = every consumer warp once it is done reading.
+  // copies landing; empty = every consumer thread once it is done reading the stage (its
+  // lanes read the key scales, each releasing its own reads); q_empty = every consumer
+  // warp's lane 0 (Q is read only by the warpgroup's wgmma, waited for before).
   static constexpr int kFullArrivals = 1 + 32;
-  static constexpr int kEmptyArrivals = kConsumers * 4;
+  static constexpr int kEmptyArrivals = kConsumers * 128;
+  static constexpr int kQEmptyArrivals = kConsumers * 4;
   static constexpr int kReadyArrivals = 32;  // the key-scale warp's lanes, each once its writes are done
   static constexpr int kTmaBytesPerStage = kKTile + kVtTile;
 };
