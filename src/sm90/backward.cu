@@ -547,8 +547,7 @@ __device__ __forceinline__ void store_fp8_ds_rows(uint32_t staging, uint8_t* til
     float4 v;
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(staging + uint32_t(4 * (i * row_floats + 32 * half + 4 * k)))
-                 : "memory");
+                 : "r"(staging + uint32_t(4 * (i * row_floats + 32 * half + 4 * k))));
     x[4 * k] = v.x;
     x[4 * k + 1] = v.y;
     x[4 * k + 2] = v.z;
@@ -736,6 +735,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     // the stored dS also x = dS sk (dQ's, before its row scale) into the staging chunk, as
     // query rows (row stride kStagingRowFloats: a warp's 32 writes hit 32 banks).
     [[maybe_unused]] float sk_row[2];
+    [[maybe_unused]] uint32_t staged = 0;
     if constexpr (kStoreDs) {
 #pragma unroll
       for (int r = 0; r < 2; ++r)
@@ -749,9 +749,14 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       if constexpr (kStoreDs) {
         const float x = visible ? __fmul_rn(pg.ds, sk_row[r]) : 0.0f;
         const int key = row0 + (lane_id() >> 2) + 8 * r;
-        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sd.chunk + uint32_t(4 * (col * S::kStagingRowFloats + key))),
-                     "f"(x)
-                     : "memory");
+        // Not volatile and no "memory" clobber, or the compiler reloads every per-query
+        // value (sq, sdo, LSE, D) after each store; the token it yields is an input of the
+        // barrier before the row pass, which keeps the store and orders it.
+        uint32_t t;
+        asm("st.shared.f32 [%1], %2;\n\tmov.b32 %0, 0;\n"
+            : "=r"(t)
+            : "r"(sd.chunk + uint32_t(4 * (col * S::kStagingRowFloats + key))), "f"(x));
+        staged |= t;
       }
     });
     // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
@@ -778,7 +783,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     if constexpr (kStoreDs) {
       // Every thread's x is in the chunk; the chunk alternates with each computed step, so
       // this barrier also orders the previous use's reads before these writes were made.
-      warpgroup::bar_sync(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads);
+      warpgroup::bar_sync_after(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads, staged);
       store_fp8_ds_rows(sd.chunk, sd.tile, S::kStagingRowFloats);
     }
   }
