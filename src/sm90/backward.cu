@@ -491,6 +491,10 @@ __global__ void __launch_bounds__(1024) ds_doc_bases(const int32_t* __restrict__
 struct StoredDs {
   uint32_t chunk;  // this warpgroup's chunk of the dS buffer (shared address)
   uint8_t* tile;   // its tile in global memory
+  // The previous computed step's chunk and tile, still to be written out (tile null: none),
+  // which the step writes while its Sᵀ and dPᵀ products run (write_stored_ds).
+  uint32_t pending_chunk;
+  uint8_t* pending_tile;
 };
 constexpr int kStoredDsBarrier = warpgroup::kFirstNamedBarrier;  // + the warpgroup's index
 
@@ -510,14 +514,18 @@ __device__ __forceinline__ void store_ds_transposed(uint32_t chunk, const uint32
   }
 }
 
-// fp8_mixed's stored dS: this warpgroup's operand into its chunk, then the chunk to global
-// memory, 16 bytes a thread per instruction (a warp writes 512 contiguous bytes), streaming
-// stores: the dQ GEMM reads it only after the whole pass. The chunk alternates with every
-// step the warpgroup computes, so the barrier of the next one orders these reads before it
-// is written again.
+// fp8_mixed's stored dS in two halves. store_ds_tile puts this warpgroup's operand into its
+// chunk; the barrier makes the four warps' parts visible to each other. copy_ds_tile, in the
+// warpgroup's next computed step (while its Sᵀ and dPᵀ products run) or after the last,
+// moves the chunk to global memory, 16 bytes a thread per instruction (a warp writes 512
+// contiguous bytes), streaming stores: the dQ GEMM reads it only after the whole pass. The
+// chunks alternate with every computed step, so a chunk is read before the barrier of the
+// step that copies it and written again only after that barrier.
 __device__ __forceinline__ void store_ds_tile(const StoredDs& sd, const uint32_t (&a)[4][4]) {
   store_ds_transposed(sd.chunk, a);
   warpgroup::bar_sync(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads);
+}
+__device__ __forceinline__ void copy_ds_tile(uint32_t chunk, uint8_t* tile) {
   const int t = tile_tid();
 #pragma unroll
   for (int k = 0; k < kDsTileBytes / (16 * warpgroup::kThreads); ++k) {
@@ -525,9 +533,8 @@ __device__ __forceinline__ void store_ds_tile(const StoredDs& sd, const uint32_t
     int4 v;
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(sd.chunk + uint32_t(off))
-                 : "memory");
-    __stcs(reinterpret_cast<int4*>(sd.tile + off), v);
+                 : "r"(chunk + uint32_t(off)));
+    __stcs(reinterpret_cast<int4*>(tile + off), v);
   }
 }
 
@@ -571,6 +578,16 @@ __device__ __forceinline__ void store_fp8_ds_rows(uint32_t staging, uint8_t* til
     __stcs(reinterpret_cast<uint4*>(tile + i * kTileTokens + ((c ^ ((i & 7) >> 1)) << 4)), w);
   }
   if (half == 0) __stcs(reinterpret_cast<float*>(tile + kDsCodesBytes) + i, rho);
+}
+
+// The previous computed step's stored dS from its chunk to global memory: fp8_mixed's image
+// as it is, fp8's staged x as codes and rho.
+template <int D, bool kMixed>
+__device__ __forceinline__ void write_stored_ds(uint32_t chunk, uint8_t* tile) {
+  if constexpr (kMixed)
+    copy_ds_tile(chunk, tile);
+  else
+    store_fp8_ds_rows(chunk, tile, DkdvSmem<D, kMixed, false, true>::kStagingRowFloats);
 }
 
 // After both warpgroups stored their dS (each fenced its stores for the async proxy): this
@@ -663,6 +680,9 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   wgmma::fence();
   issue_scores<D, true>(s, kb + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
   issue_row_dots<D, true>(dp, kb + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
+  if constexpr (kStoreDs) {
+    if (sd.pending_tile != nullptr) write_stored_ds<D, kMixed>(sd.pending_chunk, sd.pending_tile);
+  }
   // fp8: dV's operand scale while the MMAs run: P <= 1, so the tile's largest sdo bounds
   // every P · sdo, and sigma = pow2_scale(that) serves every key (ALGORITHM.md §3). A quad's
   // lanes hold all 64 columns; columns past the document hold 0 (their sdo is zero-filled),
@@ -724,7 +744,8 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       wgmma::pin(pv.a);
       reduce_fused_dq<D>(fz, dq);
     } else {
-      // The stored dS leaves while dK's product runs (its reads of ds.a change nothing).
+      // The stored dS goes to shared memory while dK's product runs (its reads of ds.a change
+      // nothing); the next computed step copies it out.
       if constexpr (kStoreDs) store_ds_tile(sd, ds.a);
       chained_product_done<D, 0>(dk, ds);
       wgmma::pin(dv);
@@ -781,10 +802,10 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
     }
     if constexpr (kStoreDs) {
-      // Every thread's x is in the chunk; the chunk alternates with each computed step, so
-      // this barrier also orders the previous use's reads before these writes were made.
+      // Every thread's x is in the chunk for the next computed step's row pass
+      // (write_stored_ds); the chunks alternate, so the previous chunk's row pass, made
+      // before this barrier, is also ordered before that chunk is written again.
       warpgroup::bar_sync_after(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads, staged);
-      store_fp8_ds_rows(sd.chunk, sd.tile, S::kStagingRowFloats);
     }
   }
 }
@@ -901,6 +922,8 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   if constexpr (kFused) mbar::wait(base + S::kKtFull, 0);
 
   int stored = 0;  // steps this warpgroup has computed: the stored dS's buffer parity
+  [[maybe_unused]] uint32_t pending_chunk = 0;  // the last computed step's dS, not yet written out
+  [[maybe_unused]] uint8_t* pending_tile = nullptr;
   for (int step = 0; step < steps; ++step) {
     const QueryTile next = next_tile(cur);
     if (step + 1 < steps) load_step(next);
@@ -924,6 +947,10 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
         sd.chunk = kMixed ? base + S::kDs + (stored & 1) * S::kDsBuffer + wg * S::kDsChunk
                           : base + S::kDs + ((stored & 1) * kDkdvWarpgroups + wg) * S::kStagingChunk;
         sd.tile = a.ds + ds_tile<kMixed>(a, cur.h, dt, m, nw);
+        sd.pending_chunk = pending_chunk;
+        sd.pending_tile = pending_tile;
+        pending_chunk = sd.chunk;
+        pending_tile = sd.tile;
         ++stored;
       }
       // The fused dQ and the stored dS also carry dS's key rows past the document (dK, dV
@@ -944,6 +971,9 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     cur = next;
   }
 
+  if constexpr (kStoreDs) {
+    if (pending_tile != nullptr) write_stored_ds<D, kMixed>(pending_chunk, pending_tile);
+  }
   // Every key row of the document is written, also those no query sees (zeros).
   const int64_t out_off = dt.tok0 * kv_row + hk * D;
   store_rows_bf16<D>(a.dk + out_off, kv_row, dk, a.softmax_scale, kw0 + 16 * (warp_id() & 3), dt.len);
