@@ -424,7 +424,7 @@ constexpr int kFusedDqBarrier = warpgroup::kFirstNamedBarrier;
 // b from ds_doc_base[b] on, query tile m's key tiles from m (m + 1) / 2 (causal: keys
 // 0..m) or m nt (nt tiles a document, all keys) on. The buffer holds the runs of a slab of
 // heads at once (launch_backward_stored_dq walks the slabs), so its size is bounded.
-// Clamped: a corrupt document (the guard's error) cannot address outside the buffer.
+// Clamped: a corrupt document (the guard's error) cannot address outside its head's run.
 // A stored tile: fp8_mixed's BF16 image (8 KB), or fp8's q8(dS sk / rho) codes as a 64-byte-
 // swizzled K-major FP8 image (4 KB, keys in the transposed copies' fragment order, as dQ's
 // register operand holds them) followed by the 64 rows' rho (256 bytes).
@@ -433,15 +433,36 @@ constexpr int kDsCodesBytes = kTileTokens * kTileTokens;
 constexpr int kDsRhoBytes = kTileTokens * 4;
 template <bool kMixed>
 constexpr int kStoredTileBytes = kMixed ? kDsTileBytes : kDsCodesBytes + kDsRhoBytes;
-// ds_tile: the byte offset of a tile (kStoredTileBytes each).
+// A CTA's document in the stored tiles, set up once (the base's load, the clamp, the head
+// division), so that a step's tile address is a few integer instructions: the loop's
+// integer work is the dK/dV pass's chain too (a per-step ds_tile with a division and 64-bit
+// clamps cost it 27 % more instructions).
 template <bool kMixed>
-__device__ __forceinline__ int64_t ds_tile(const BwdArgs& a, int h, const DocTile& dt, int m, int n) {
-  const int64_t nt = (dt.len + kTileTokens - 1) / kTileTokens;
-  const int64_t in_doc = a.causal ? int64_t(m) * (m + 1) / 2 + n : int64_t(m) * nt + n;
-  const int64_t tile = min(max(__ldg(a.ds_doc_base + dt.doc) + in_doc, int64_t(0)), a.ds_head_tiles - 1);
-  const int h_slab = h - a.ds_hk0 * (a.hq / a.hkv);  // the slab's query heads
-  return (int64_t(h_slab) * a.ds_head_tiles + tile) * kStoredTileBytes<kMixed>;
-}
+struct StoredDsRun {
+  uint8_t* doc;         // the document's first tile in the slab's first query head
+  int64_t head_stride;  // bytes from one query head's run to the next
+  uint64_t last;        // the largest in-document index that stays inside the run
+  int h0;               // the slab's first query head
+  int nt;               // the document's 64-token tiles
+  bool causal;
+
+  StoredDsRun() = default;
+  __device__ __forceinline__ StoredDsRun(const BwdArgs& a, const DocTile& dt) {
+    const int64_t base = min(max(__ldg(a.ds_doc_base + dt.doc), int64_t(0)), a.ds_head_tiles - 1);
+    doc = a.ds + base * kStoredTileBytes<kMixed>;
+    head_stride = a.ds_head_tiles * kStoredTileBytes<kMixed>;
+    last = uint64_t(a.ds_head_tiles - 1 - base);
+    h0 = a.ds_hk0 * (a.hq / a.hkv);
+    nt = (dt.len + kTileTokens - 1) / kTileTokens;
+    causal = a.causal;
+  }
+  // Query head h's tile of query tile m and key tile n (m, n >= 0).
+  __device__ __forceinline__ uint8_t* tile(int h, int m, int n) const {
+    const uint64_t in_doc = causal ? (uint64_t(uint32_t(m)) * uint32_t(m + 1) >> 1) + uint32_t(n)
+                                   : uint64_t(uint32_t(m)) * uint32_t(nt) + uint32_t(n);
+    return doc + int64_t(h - h0) * head_stride + int64_t(min(in_doc, last)) * kStoredTileBytes<kMixed>;
+  }
+};
 
 // ds_doc_base: every document's first tile in a head's run, an exclusive scan of its tile
 // pairs (one block; the documents' lengths clamped as doc_tile clamps them).
@@ -922,6 +943,8 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   if constexpr (kFused) mbar::wait(base + S::kKtFull, 0);
 
   int stored = 0;  // steps this warpgroup has computed: the stored dS's buffer parity
+  [[maybe_unused]] StoredDsRun<kMixed> run;
+  if constexpr (kStoreDs) run = StoredDsRun<kMixed>(a, dt);
   [[maybe_unused]] uint32_t pending_chunk = 0;  // the last computed step's dS, not yet written out
   [[maybe_unused]] uint8_t* pending_tile = nullptr;
   for (int step = 0; step < steps; ++step) {
@@ -946,7 +969,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
       if constexpr (kStoreDs) {
         sd.chunk = kMixed ? base + S::kDs + (stored & 1) * S::kDsBuffer + wg * S::kDsChunk
                           : base + S::kDs + ((stored & 1) * kDkdvWarpgroups + wg) * S::kStagingChunk;
-        sd.tile = a.ds + ds_tile<kMixed>(a, cur.h, dt, m, nw);
+        sd.tile = run.tile(cur.h, m, nw);
         sd.pending_chunk = pending_chunk;
         sd.pending_tile = pending_tile;
         pending_chunk = sd.chunk;
@@ -1264,13 +1287,14 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
 
   // The elected thread: key tile n into stage s (both warpgroups' tiles, also where one is
   // never read: a warpgroup past its diagonal or past the document reads none).
+  const StoredDsRun<kMixed> run(a, dt);
   auto load_key_tile = [&](int s, int n) {
     const uint32_t st = base + S::stage(s), full = base + S::full(s);
     const int pos = int(dt.pstart) + n * kTileTokens;
     mbar::arrive_expect_tx(full, S::kTxBytes);
     tma::load_2d(st + S::kKt, a.kt_cols, full, kMixed ? 2 * pos : pos, hk * D);  // BF16: byte coordinates
     for (int w = 0; w < kDqWarpgroups; ++w) {
-      const uint8_t* tile = a.ds + ds_tile<kMixed>(a, h, dt, kDqWarpgroups * dt.tile + w, n);
+      const uint8_t* tile = run.tile(h, kDqWarpgroups * dt.tile + w, n);
       tma::load_bulk(st + S::kDs + w * S::kImageBytes, tile, S::kImageBytes, full);
       if constexpr (!kMixed) tma::load_bulk(st + S::kRho + w * kDsRhoBytes, tile + kDsCodesBytes, kDsRhoBytes, full);
     }
