@@ -20,6 +20,11 @@
 //      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
 //    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
+//    Two measurement modes (FLAMIA_BWD_DQ): `fused` (fp8_mixed, D = 128) forms dQ inside the
+//    dK/dV pass by FP32 reductions (no dQ kernel; not deterministic); `hbm` has the dK/dV
+//    pass store dQ's operand of every tile pair (fp8_mixed's bf16(dS), fp8's codes and rho)
+//    and replaces this kernel by a GEMM over it (dq_stored_kernel; the same bits, a buffer
+//    of 2 or 1.06 bytes a pair).
 // Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the
 // products reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major
 // core matrices), zero past the document end. The other side streams through a ring of
@@ -45,6 +50,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "common/tiles.h"
 #include "quantize/quantize.cuh"
@@ -100,6 +106,11 @@ struct BwdArgs {
   bool causal;
   float c;              // softmax_scale * log2(e)
   float softmax_scale;
+  // The stored dS (FLAMIA_BWD_DQ=hbm), else null / 0.
+  uint8_t* ds;                 // the stored tiles (ds_tile)
+  const int64_t* ds_doc_base;  // [B]: a document's first tile in a head's run (ds_doc_bases)
+  int64_t ds_head_tiles;       // tiles a head's run holds (a bound over every document)
+  int ds_hk0, ds_hkv;          // this launch's slab of kv heads: [ds_hk0, ds_hk0 + ds_hkv)
 };
 static_assert(sizeof(BwdArgs) <= 4096, "a kernel parameter block holds at most 4 KB");
 
@@ -342,7 +353,7 @@ __device__ __forceinline__ void own_rows_ready() {
 // dK / dV
 // =====================================================================================
 
-template <int D, bool kMixed, bool kFused = false>
+template <int D, bool kMixed, bool kFused = false, bool kStoreDs = false>
 struct DkdvSmem {
   static constexpr int kStages = kFused ? 2 : kBwdStages;
   // Warpgroup w's keys at keys(w): its K (A of Sᵀ) and V (A of dPᵀ) tiles and key scales.
@@ -361,7 +372,12 @@ struct DkdvSmem {
   static constexpr int kDsBuffer = kDkdvWarpgroups * kDsChunk;
   static constexpr int kKt = align_up(kDkdvWarpgroups * kKeyBytes, kSwizzleAlign);
   static constexpr int kDs = kKt + (kFused ? kDkdvWarpgroups * kKtChunk : 0);
-  static constexpr int kStage0 = kDs + (kFused ? 2 * kDsBuffer : 0);
+  // The stored dS (kStoreDs): fp8_mixed uses the same two buffers, each warpgroup its own
+  // chunk; fp8 two buffers of FP32 staging, 64 query rows of the warpgroup's 64 keys each.
+  static constexpr int kStagingRowFloats = kTileTokens + 4;  // +4: conflict-free column writes
+  static constexpr int kStagingChunk = kTileTokens * kStagingRowFloats * 4;
+  static constexpr int kStoreBytes = !kStoreDs ? 0 : kMixed ? 2 * kDsBuffer : 2 * kDkdvWarpgroups * kStagingChunk;
+  static constexpr int kStage0 = align_up(kDs + (kFused ? 2 * kDsBuffer : kStoreBytes), kSwizzleAlign);
   // One stage: a query tile of one head, read by both warpgroups. The TMA tiles first
   // (kTmaBytes, swizzle-aligned), then the per-query values sq, sdo, LSE, D (cp.async).
   static constexpr int kQ = 0;                                // B of Sᵀ: Q rows
@@ -404,6 +420,112 @@ struct FusedDq {
 };
 constexpr int kFusedDqBarrier = warpgroup::kFirstNamedBarrier;
 
+// The stored dS (FLAMIA_BWD_DQ=hbm): the dK/dV pass writes dQ's operand of each warpgroup's
+// step — its 64 keys by the step's 64 queries — to global memory as a shared-memory operand
+// image (swizzled by the row index, so any 1024-byte-aligned copy of it is the same
+// operand): fp8_mixed's bf16(dS) as the fused dQ's (store_ds_transposed), fp8's codes and
+// rho (store_fp8_ds_rows). The dQ GEMM (dq_stored_kernel) bulk-copies it back instead of
+// recomputing S, dP and dS: six matmuls a tile pair instead of seven, and dQ the same
+// operands through the same steps as the deterministic pass. Only the tile pairs that
+// exist are stored (kStoredTileBytes each): a head's run holds every document's, document
+// b from ds_doc_base[b] on, query tile m's key tiles from m (m + 1) / 2 (causal: keys
+// 0..m) or m nt (nt tiles a document, all keys) on. The buffer holds the runs of a slab of
+// heads at once (launch_backward_stored_dq walks the slabs), so its size is bounded.
+// Clamped: a corrupt document (the guard's error) cannot address outside its head's run.
+// A stored tile: fp8_mixed's BF16 image (8 KB), or fp8's q8(dS sk / rho) codes as a 64-byte-
+// swizzled K-major FP8 image (4 KB, keys in the transposed copies' fragment order, as dQ's
+// register operand holds them) followed by the 64 rows' rho (256 bytes).
+constexpr int kDsTileBytes = kTileTokens * kBf16ColRowBytes;
+constexpr int kDsCodesBytes = kTileTokens * kTileTokens;
+constexpr int kDsRhoBytes = kTileTokens * 4;
+template <bool kMixed>
+constexpr int kStoredTileBytes = kMixed ? kDsTileBytes : kDsCodesBytes + kDsRhoBytes;
+// A CTA's document in the stored tiles, set up once (the base's load, the clamp, the head
+// division), so that a step's tile address is a few integer instructions: the loop's
+// integer work is the dK/dV pass's chain too (a per-step ds_tile with a division and 64-bit
+// clamps cost it 27 % more instructions).
+template <bool kMixed>
+struct StoredDsRun {
+  uint8_t* doc;         // the document's first tile in the slab's first query head
+  int64_t head_stride;  // bytes from one query head's run to the next
+  uint64_t last;        // the largest in-document index that stays inside the run
+  int h0;               // the slab's first query head
+  int nt;               // the document's 64-token tiles
+  bool causal;
+
+  StoredDsRun() = default;
+  __device__ __forceinline__ StoredDsRun(const BwdArgs& a, const DocTile& dt) {
+    const int64_t base = min(max(__ldg(a.ds_doc_base + dt.doc), int64_t(0)), a.ds_head_tiles - 1);
+    doc = a.ds + base * kStoredTileBytes<kMixed>;
+    head_stride = a.ds_head_tiles * kStoredTileBytes<kMixed>;
+    last = uint64_t(a.ds_head_tiles - 1 - base);
+    h0 = a.ds_hk0 * (a.hq / a.hkv);
+    nt = (dt.len + kTileTokens - 1) / kTileTokens;
+    causal = a.causal;
+  }
+  // Query head h's tile of query tile m and key tile n (m, n >= 0).
+  __device__ __forceinline__ uint8_t* tile(int h, int m, int n) const {
+    const uint64_t in_doc = causal ? (uint64_t(uint32_t(m)) * uint32_t(m + 1) >> 1) + uint32_t(n)
+                                   : uint64_t(uint32_t(m)) * uint32_t(nt) + uint32_t(n);
+    return doc + int64_t(h - h0) * head_stride + int64_t(min(in_doc, last)) * kStoredTileBytes<kMixed>;
+  }
+};
+
+// ds_doc_base: every document's first tile in a head's run, an exclusive scan of its tile
+// pairs (one block; the documents' lengths clamped as doc_tile clamps them).
+__global__ void __launch_bounds__(1024) ds_doc_bases(const int32_t* __restrict__ cu_seqlens, int num_docs,
+                                                     int64_t total_tokens, bool causal, int64_t* __restrict__ base) {
+  __shared__ int64_t warp_sums[32];
+  __shared__ int64_t carry;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (int b0 = 0; b0 < num_docs; b0 += blockDim.x) {
+    const int b = b0 + int(threadIdx.x);
+    int64_t pairs = 0;
+    if (b < num_docs) {
+      const int64_t t0 = min(max(int64_t(cu_seqlens[b]), int64_t(0)), total_tokens);
+      const int64_t t1 = min(max(int64_t(cu_seqlens[b + 1]), t0), total_tokens);
+      const int64_t nt = (t1 - t0 + kTileTokens - 1) / kTileTokens;
+      pairs = causal ? nt * (nt + 1) / 2 : nt * nt;
+    }
+    // Inclusive scan within the warp, then over the warps' sums.
+    int64_t x = pairs;
+    const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int64_t y = __shfl_up_sync(0xffffffffu, x, d);
+      if (lane >= d) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+      int64_t w = lane < int(blockDim.x) / 32 ? warp_sums[lane] : 0;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int64_t y = __shfl_up_sync(0xffffffffu, w, d);
+        if (lane >= d) w += y;
+      }
+      warp_sums[lane] = w;  // inclusive over warps
+    }
+    __syncthreads();
+    const int64_t inclusive = x + (warp > 0 ? warp_sums[warp - 1] : 0) + carry;
+    if (b < num_docs) base[b] = inclusive - pairs;
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) carry = inclusive;
+    __syncthreads();
+  }
+}
+
+struct StoredDs {
+  uint32_t chunk;  // this warpgroup's chunk of the dS buffer (shared address)
+  uint8_t* tile;   // its tile in global memory
+  // The previous computed step's chunk and tile, still to be written out (tile null: none),
+  // which the step writes while its Sᵀ and dPᵀ products run (write_stored_ds).
+  uint32_t pending_chunk;
+  uint8_t* pending_tile;
+};
+constexpr int kStoredDsBarrier = warpgroup::kFirstNamedBarrier;  // + the warpgroup's index
+
 // Warpgroup w's dS operand (registers: rows = its 64 keys, columns = the 64 queries, as
 // pack_bf16_a lays them out) into its chunk of the dS buffer, transposed: query rows of 64
 // keys. Matrix i of k16 step s is keys 16 (warp) + 8 (i & 1) + 0..7 by queries
@@ -418,6 +540,82 @@ __device__ __forceinline__ void store_ds_transposed(uint32_t chunk, const uint32
     ptx::stmatrix_x4_trans(chunk + query * kBf16ColRowBytes + ((key_chunk ^ uint32_t(j)) << 4), a[s][0], a[s][1],
                            a[s][2], a[s][3]);
   }
+}
+
+// fp8_mixed's stored dS in two halves. store_ds_tile puts this warpgroup's operand into its
+// chunk; the barrier makes the four warps' parts visible to each other. copy_ds_tile, in the
+// warpgroup's next computed step (while its Sᵀ and dPᵀ products run) or after the last,
+// moves the chunk to global memory, 16 bytes a thread per instruction (a warp writes 512
+// contiguous bytes), streaming stores: the dQ GEMM reads it only after the whole pass. The
+// chunks alternate with every computed step, so a chunk is read before the barrier of the
+// step that copies it and written again only after that barrier.
+__device__ __forceinline__ void store_ds_tile(const StoredDs& sd, const uint32_t (&a)[4][4]) {
+  store_ds_transposed(sd.chunk, a);
+  warpgroup::bar_sync(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads);
+}
+__device__ __forceinline__ void copy_ds_tile(uint32_t chunk, uint8_t* tile) {
+  const int t = tile_tid();
+#pragma unroll
+  for (int k = 0; k < kDsTileBytes / (16 * warpgroup::kThreads); ++k) {
+    const int off = 16 * (t + k * warpgroup::kThreads);
+    int4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(chunk + uint32_t(off)));
+    __stcs(reinterpret_cast<int4*>(tile + off), v);
+  }
+}
+
+// fp8's stored dS, once the warpgroup's x = dS sk (FP32, masked pairs 0) of the step is in
+// its staging chunk (query rows; written in dkdv_query_tile, then a named barrier): thread
+// t takes query row t / 2 and keys 32 (t % 2) .. + 31, and writes what dQ's register operand
+// would hold — rho = pow2_scale(max |x| over the row's 64 keys) (the pair of threads
+// combines its halves; NaN skipped, as row_pow2_scales does) and codes e4m3(x / rho) — as
+// the K-major image: 16-byte chunk c (16-key group c, positions in fragment order: position
+// 4 qd + bb = key 2 qd + (bb & 1) + 8 (bb >> 1)) of row i at c ^ ((i % 8) / 2), TMA's
+// 64-byte swizzle, then the row's rho after the 64 rows.
+__device__ __forceinline__ void store_fp8_ds_rows(uint32_t staging, uint8_t* tile, int row_floats) {
+  const int t = tile_tid(), i = t >> 1, half = t & 1;
+  float x[32];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(staging + uint32_t(4 * (i * row_floats + 32 * half + 4 * k))));
+    x[4 * k] = v.x;
+    x[4 * k + 1] = v.y;
+    x[4 * k + 2] = v.z;
+    x[4 * k + 3] = v.w;
+  }
+  float m = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 32; ++k) m = fmaxf(m, fabsf(x[k]));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  const float rho = fmt::pow2_scale_e4m3(m), inv = fmt::pow2_reciprocal(rho);
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {  // the thread's 16-key groups 2 half + g
+    const float* v = x + 16 * g;
+    uint4 w;
+    uint32_t* wv = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+    for (int qd = 0; qd < 4; ++qd)
+      wv[qd] = ptx::pack_e4m3x4(__fmul_rn(v[2 * qd], inv), __fmul_rn(v[2 * qd + 1], inv),
+                                __fmul_rn(v[8 + 2 * qd], inv), __fmul_rn(v[9 + 2 * qd], inv));
+    const int c = 2 * half + g;
+    __stcs(reinterpret_cast<uint4*>(tile + i * kTileTokens + ((c ^ ((i & 7) >> 1)) << 4)), w);
+  }
+  if (half == 0) __stcs(reinterpret_cast<float*>(tile + kDsCodesBytes) + i, rho);
+}
+
+// The previous computed step's stored dS from its chunk to global memory: fp8_mixed's image
+// as it is, fp8's staged x as codes and rho.
+template <int D, bool kMixed>
+__device__ __forceinline__ void write_stored_ds(uint32_t chunk, uint8_t* tile) {
+  if constexpr (kMixed)
+    copy_ds_tile(chunk, tile);
+  else
+    store_fp8_ds_rows(chunk, tile, DkdvSmem<D, kMixed, false, true>::kStagingRowFloats);
 }
 
 // After both warpgroups stored their dS (each fenced its stores for the async proxy): this
@@ -485,11 +683,11 @@ __device__ __forceinline__ void for_each_pair(const DocMask& mask, int m0, int j
 
 // One query tile for the 64 keys at `keys` (a warpgroup's DkdvSmem::keys), this warp's 16
 // key rows j0, j0 + 8 (document positions).
-template <int D, bool kMixed, bool kFused, bool kMask>
+template <int D, bool kMixed, bool kFused, bool kStoreDs, bool kMask>
 __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, int stage, const DocMask& mask,
                                                 int j0, int m0, float c, float (&dk)[D / 8][4],
-                                                float (&dv)[D / 8][4], const FusedDq& fz) {
-  using S = DkdvSmem<D, kMixed, kFused>;
+                                                float (&dv)[D / 8][4], const FusedDq& fz, const StoredDs& sd) {
+  using S = DkdvSmem<D, kMixed, kFused, kStoreDs>;
   const uint32_t base = ptx::smem_addr(smem), st = base + S::stage(stage), kb = base + keys;
   const uint8_t* st_ptr = smem + S::stage(stage);
   const float* sq = reinterpret_cast<const float*>(st_ptr + S::kSqT);
@@ -510,6 +708,9 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   wgmma::fence();
   issue_scores<D, true>(s, kb + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
   issue_row_dots<D, true>(dp, kb + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
+  if constexpr (kStoreDs) {
+    if (sd.pending_tile != nullptr) write_stored_ds<D, kMixed>(sd.pending_chunk, sd.pending_tile);
+  }
   // fp8: dV's operand scale while the MMAs run: P <= 1, so the tile's largest sdo bounds
   // every P · sdo, and sigma = pow2_scale(that) serves every key (ALGORITHM.md §3). A quad's
   // lanes hold all 64 columns; columns past the document hold 0 (their sdo is zero-filled),
@@ -571,17 +772,41 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       wgmma::pin(pv.a);
       reduce_fused_dq<D>(fz, dq);
     } else {
+      // The stored dS goes to shared memory while dK's product runs (its reads of ds.a change
+      // nothing); the next computed step copies it out.
+      if constexpr (kStoreDs) store_ds_tile(sd, ds.a);
       chained_product_done<D, 0>(dk, ds);
       wgmma::pin(dv);
       wgmma::pin(pv.a);
     }
   } else {
-    // fp8: in place, s <- Pᵀ * sdo / sigma (dV's operand) and dp <- dSᵀ * sq (dK's).
+    // fp8: in place, s <- Pᵀ * sdo / sigma (dV's operand) and dp <- dSᵀ * sq (dK's); with
+    // the stored dS also x = dS sk (dQ's, before its row scale) into the staging chunk, as
+    // query rows (row stride kStagingRowFloats: a warp's 32 writes hit 32 banks).
+    [[maybe_unused]] float sk_row[2];
+    [[maybe_unused]] uint32_t staged = 0;
+    if constexpr (kStoreDs) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        sk_row[r] = reinterpret_cast<const float*>(smem + keys + S::kSk)[row0 + (lane_id() >> 2) + 8 * r];
+    }
     for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int r, bool visible) {
       const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(skc_row[r], sq[col]),
                                     __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
       s[n][e] = visible ? __fmul_rn(pg.p, __fmul_rn(sdo[col], inv_sigma)) : 0.0f;
       dp[n][e] = visible ? __fmul_rn(pg.ds, sq[col]) : 0.0f;
+      if constexpr (kStoreDs) {
+        const float x = visible ? __fmul_rn(pg.ds, sk_row[r]) : 0.0f;
+        const int key = row0 + (lane_id() >> 2) + 8 * r;
+        // Not volatile and no "memory" clobber, or the compiler reloads every per-query
+        // value (sq, sdo, LSE, D) after each store; the token it yields is an input of the
+        // barrier before the row pass, which keeps the store and orders it.
+        uint32_t t;
+        asm("st.shared.f32 [%1], %2;\n\tmov.b32 %0, 0;\n"
+            : "=r"(t)
+            : "r"(sd.chunk + uint32_t(4 * (col * S::kStagingRowFloats + key))), "f"(x));
+        staged |= t;
+      }
     });
     // Both operands are packed before either product so that Sᵀ and dPᵀ are dead by then.
     // dK's product goes first and dV's, the step's last, is summed by FMA: with dV first
@@ -604,15 +829,24 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       accumulate_token_product<D, false, false>(dk, ds, dk_b);
       accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
     }
+    if constexpr (kStoreDs) {
+      // Every thread's x is in the chunk for the next computed step's row pass
+      // (write_stored_ds); the chunks alternate, so the previous chunk's row pass, made
+      // before this barrier, is also ordered before that chunk is written again.
+      warpgroup::bar_sync_after(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads, staged);
+    }
   }
 }
 
-template <int D, bool kMixed, bool kFused>
+template <int D, bool kMixed, bool kFused, bool kStoreDs = false>
 __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_constant__ BwdArgs a) {
   static_assert(!kFused || (kMixed && D == 128), "the fused dQ is fp8_mixed's, at D = 128");
-  using S = DkdvSmem<D, kMixed, kFused>;
+  static_assert(!(kStoreDs && kFused), "the stored dS and the fused dQ are alternatives");
+  using S = DkdvSmem<D, kMixed, kFused, kStoreDs>;
   extern __shared__ uint8_t smem_raw[];
-  const int slot = blockIdx.x / a.hkv, hk = blockIdx.x % a.hkv;
+  // One CTA per (work-list slot, kv head); the stored dS's launches cover a slab of kv heads.
+  const int heads = kStoreDs ? a.ds_hkv : a.hkv;
+  const int slot = blockIdx.x / heads, hk = (kStoreDs ? a.ds_hk0 : 0) + int(blockIdx.x % heads);
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
   const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
@@ -715,6 +949,11 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   [[maybe_unused]] const int64_t q_row = int64_t(a.hq) * D;
   if constexpr (kFused) mbar::wait(base + S::kKtFull, 0);
 
+  int stored = 0;  // steps this warpgroup has computed: the stored dS's buffer parity
+  [[maybe_unused]] StoredDsRun<kMixed> run;
+  if constexpr (kStoreDs) run = StoredDsRun<kMixed>(a, dt);
+  [[maybe_unused]] uint32_t pending_chunk = 0;  // the last computed step's dS, not yet written out
+  [[maybe_unused]] uint8_t* pending_tile = nullptr;
   for (int step = 0; step < steps; ++step) {
     const QueryTile next = next_tile(cur);
     if (step + 1 < steps) load_step(next);
@@ -733,13 +972,27 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     // Causal: query tile m sees this warpgroup's keys only from m = nw on (warpgroup 0's
     // always, from m_first on).
     if (valid_k > 0 && (!a.causal || m >= nw)) {
-      // The fused dQ also reads dS's key rows past the document (dK, dV never store them):
-      // there they must be zeros, not P (dP - D) of the zero-filled keys, or the next
-      // document's Kᵀ columns would enter dQ. Causal tiles past the end are diagonal anyway.
-      if (mask_needed_for_key_rows(mask, m, nw, kTileTokens) || (kFused && valid_k < kTileTokens))
-        dkdv_query_tile<D, kMixed, kFused, true>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv, fz);
+      StoredDs sd{};
+      if constexpr (kStoreDs) {
+        sd.chunk = kMixed ? base + S::kDs + (stored & 1) * S::kDsBuffer + wg * S::kDsChunk
+                          : base + S::kDs + ((stored & 1) * kDkdvWarpgroups + wg) * S::kStagingChunk;
+        sd.tile = run.tile(cur.h, m, nw);
+        sd.pending_chunk = pending_chunk;
+        sd.pending_tile = pending_tile;
+        pending_chunk = sd.chunk;
+        pending_tile = sd.tile;
+        ++stored;
+      }
+      // The fused dQ and the stored dS also carry dS's key rows past the document (dK, dV
+      // never store them): there they must be zeros, not P (dP - D) of the zero-filled keys,
+      // or the next document's Kᵀ columns would enter dQ. Causal tiles past the end are
+      // diagonal anyway.
+      if (mask_needed_for_key_rows(mask, m, nw, kTileTokens) || ((kFused || kStoreDs) && valid_k < kTileTokens))
+        dkdv_query_tile<D, kMixed, kFused, kStoreDs, true>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv,
+                                                           fz, sd);
       else
-        dkdv_query_tile<D, kMixed, kFused, false>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv, fz);
+        dkdv_query_tile<D, kMixed, kFused, kStoreDs, false>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk,
+                                                            dv, fz, sd);
     } else if constexpr (kFused) {
       fused_dq_only<D, S>(fz);
     }
@@ -748,6 +1001,9 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     cur = next;
   }
 
+  if constexpr (kStoreDs) {
+    if (pending_tile != nullptr) write_stored_ds<D, kMixed>(pending_chunk, pending_tile);
+  }
   // Every key row of the document is written, also those no query sees (zeros).
   const int64_t out_off = dt.tok0 * kv_row + hk * D;
   store_rows_bf16<D>(a.dk + out_off, kv_row, dk, a.softmax_scale, kw0 + 16 * (warp_id() & 3), dt.len);
@@ -970,6 +1226,141 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
 }
 
+// The dQ GEMM of the stored dS (FLAMIA_BWD_DQ=hbm): the dQ pass's CTAs and order (128
+// queries, two warpgroups sharing each key tile, tiles ascending), but each key tile's
+// product takes its A operand from the tile the dK/dV pass stored instead of forming it:
+// fp8_mixed chains the BF16 k16 steps of bf16(dS) · K onto dQ from zero; fp8 forms
+// codes · Kᵀ in a fresh accumulator and folds it with the rows' rho (fmaf, as the dQ
+// pass). The same operands and steps as the deterministic pass, so the same bits. A stage:
+// the key tile's Kᵀ (TMA, as the dQ pass streams it) and the two warpgroups' stored tiles
+// (bulk copies), all announced to one mbarrier by the elected thread; nothing per thread,
+// so the stages are all bytes and the pass reads them at HBM speed.
+template <int D, bool kMixed>
+struct DqStoredSmem {
+  static constexpr int kKt = 0;                                 // B: Kᵀ columns
+  static constexpr int kKtBytes = kDsColTileBytes<D, kMixed>;  // BF16 or FP8
+  // A: warpgroup w's image at kDs + w * kImageBytes (1024-aligned); fp8's rho after both.
+  static constexpr int kImageBytes = kMixed ? kDsTileBytes : kDsCodesBytes;
+  static constexpr int kDs = kKt + kKtBytes;
+  static constexpr int kRho = kDs + kDqWarpgroups * kImageBytes;
+  static constexpr int kStageBytes = align_up(kRho + (kMixed ? 0 : kDqWarpgroups * kDsRhoBytes), kSwizzleAlign);
+  static constexpr int kTxBytes = kKtBytes + kDqWarpgroups * kStoredTileBytes<kMixed>;
+  // Two CTAs a SM where the registers allow (all but fp8 at D = 128, whose fresh accumulator
+  // and sum take 176): each with three stages (fp8_mixed at D = 128: 96 KB), or one CTA with
+  // six, so that an SM keeps ~100 KB of tiles in flight either way (the pass is HBM-bound).
+  static constexpr bool kTwoCtas = kMixed || D == 64;
+  static constexpr int kStages = kTwoCtas ? 3 : 6;
+  static constexpr int kFull = kStages * kStageBytes;
+  static constexpr int kEmpty = kFull + 8 * kStages;
+  static constexpr int kBytes = kEmpty + 8 * kStages;
+  static constexpr int kAlloc = kBytes + kSwizzleAlign;
+  static_assert(kDs % kSwizzleAlign == 0 && kImageBytes % kSwizzleAlign == 0, "the images stay swizzle-aligned");
+  static_assert(kAlloc <= 227 * 1024, "the stored dQ's shared memory");
+  static constexpr int stage(int s) { return s * kStageBytes; }
+  static constexpr int full(int s) { return kFull + 8 * s; }
+  static constexpr int empty(int s) { return kEmpty + 8 * s; }
+};
+
+template <int D, bool kMixed>
+__global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas ? 2 : 1) dq_stored_kernel(const __grid_constant__ BwdArgs a) {
+  using S = DqStoredSmem<D, kMixed>;
+  extern __shared__ uint8_t smem_raw[];
+  // One CTA per (work-list slot, query head of the launch's slab).
+  const int group = a.hq / a.hkv, heads = a.ds_hkv * group;
+  const int slot = blockIdx.x / heads, h = a.ds_hk0 * group + int(blockIdx.x % heads);
+  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
+  // Keys-only rows (before q_start, a multiple of the tile) get no dQ, as in dq_kernel.
+  if (dt.len == 0 || (kDqWarpgroups * dt.tile) * kTileTokens < first_query(a.q_start, dt)) return;
+  const int wg = warpgroup::index();
+  const int hk = h / group;
+  const int mw = kDqWarpgroups * dt.tile + wg, m0 = mw * kTileTokens;
+  const int valid_q = min(kTileTokens, dt.len - m0);
+  const int num_tiles_doc = (dt.len + kTileTokens - 1) / kTileTokens;
+  const int num_key_tiles = a.causal ? min(kDqWarpgroups * (dt.tile + 1), num_tiles_doc) : num_tiles_doc;
+  uint8_t* smem = swizzle_aligned(smem_raw);
+  const uint32_t base = ptx::smem_addr(smem);
+  const bool elected = elected_thread();
+  if (elected) {
+    // full: the elected thread's announcement and the bytes; empty: every thread's release.
+    for (int s = 0; s < S::kStages; ++s) {
+      mbar::init(base + S::full(s), 1);
+      mbar::init(base + S::empty(s), kDqThreads);
+    }
+    mbar::fence_init();
+    tma::prefetch_map(a.kt_cols);
+  }
+  __syncthreads();
+
+  // The elected thread: key tile n into stage s (both warpgroups' tiles, also where one is
+  // never read: a warpgroup past its diagonal or past the document reads none).
+  const StoredDsRun<kMixed> run(a, dt);
+  auto load_key_tile = [&](int s, int n) {
+    const uint32_t st = base + S::stage(s), full = base + S::full(s);
+    const int pos = int(dt.pstart) + n * kTileTokens;
+    mbar::arrive_expect_tx(full, S::kTxBytes);
+    tma::load_2d(st + S::kKt, a.kt_cols, full, kMixed ? 2 * pos : pos, hk * D);  // BF16: byte coordinates
+    for (int w = 0; w < kDqWarpgroups; ++w) {
+      const uint8_t* tile = run.tile(h, kDqWarpgroups * dt.tile + w, n);
+      tma::load_bulk(st + S::kDs + w * S::kImageBytes, tile, S::kImageBytes, full);
+      if constexpr (!kMixed) tma::load_bulk(st + S::kRho + w * kDsRhoBytes, tile + kDsCodesBytes, kDsRhoBytes, full);
+    }
+  };
+  StageCursor<S::kStages> load, use;
+  auto load_step = [&](int n) {
+    if (elected) {
+      mbar::wait(base + S::empty(load.index), load.phase ^ 1);
+      load_key_tile(load.index, n);
+    }
+    load.advance();
+  };
+  // Up to kStages - 1 tiles ahead.
+  for (int n = 0; n < min(num_key_tiles, S::kStages - 1); ++n) load_step(n);
+
+  float dq[D / 8][4];
+#pragma unroll
+  for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dq[c][e] = 0.0f;
+  const int last = valid_q <= 0 ? -1 : a.causal ? min(mw, num_key_tiles - 1) : num_key_tiles - 1;
+  const int row = 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's rows: row, row + 8
+  for (int n = 0; n < num_key_tiles; ++n) {
+    if (n + S::kStages - 1 < num_key_tiles) load_step(n + S::kStages - 1);
+    mbar::wait(base + S::full(use.index), use.phase);
+    if (n <= last) {
+      const uint32_t st = base + S::stage(use.index), img = st + S::kDs + wg * S::kImageBytes;
+      if constexpr (kMixed) {
+        wgmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+          wgmma::mma_ss_bf16<true>(dq, mma::desc<kBf16ColRowBytes>(img, ks), mma::desc<kBf16ColRowBytes>(st + S::kKt, ks));
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(dq);
+      } else {
+        float fresh[D / 8][4];
+        wgmma::fence();
+        wgmma::mma_ss<false>(fresh, mma::desc<kTileTokens>(img, 0), mma::desc<kTileTokens>(st + S::kKt, 0));
+        wgmma::mma_ss<true>(fresh, mma::desc<kTileTokens>(img, 1), mma::desc<kTileTokens>(st + S::kKt, 1));
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(fresh);
+        const float* rho = reinterpret_cast<const float*>(smem + S::stage(use.index) + S::kRho + wg * kDsRhoBytes);
+        const float r0 = rho[row], r1 = rho[row + 8];
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dq[c][e] = fmaf(e < 2 ? r0 : r1, fresh[c][e], dq[c][e]);
+      }
+    }
+    release_stage(base + S::empty(use.index));
+    use.advance();
+  }
+
+  const int64_t q_row = int64_t(a.hq) * D;
+  store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
+}
+
 // =====================================================================================
 // launch
 // =====================================================================================
@@ -1022,6 +1413,32 @@ cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// The stored dS: the documents' bases, then per slab of `slab` kv heads the
+// dK/dV pass (writes the slab's dS) and the dQ GEMM (reads it); the next slab's dK/dV waits
+// for this slab's GEMM in stream order, so one buffer serves every slab.
+template <int D, bool kMixed>
+cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t* doc_base, cudaStream_t stream) {
+  constexpr int kDkdvSmem = DkdvSmem<D, kMixed, false, true>::kAlloc, kDqSmem = DqStoredSmem<D, kMixed>::kAlloc;
+  cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false, true>), kDkdvSmem);
+  if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_stored_kernel<D, kMixed>), kDqSmem);
+  if (err != cudaSuccess) return err;
+  ds_doc_bases<<<1, 1024, 0, stream>>>(a.cu_seqlens, num_docs, a.total_tokens, a.causal, doc_base);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  a.ds_doc_base = doc_base;
+  const int group = a.hq / a.hkv;
+  for (int hk0 = 0; hk0 < a.hkv; hk0 += slab) {
+    a.ds_hk0 = hk0;
+    a.ds_hkv = std::min(slab, a.hkv - hk0);
+    dkdv_kernel<D, kMixed, false, true>
+        <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    dq_stored_kernel<D, kMixed>
+        <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv * group), kDqThreads, kDqSmem, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
 // The maps of the streamed tiles. Row tiles: 64 tokens of one head of a natural [T][H][D]
 // copy, box {D, 1, 64}, D-byte swizzle (the fast forward's q8 map). Column tiles: D rows of
 // 64 token positions of one head of a transposed [H * D][Tpad] copy, box {64, D}, 64-byte
@@ -1061,6 +1478,49 @@ bool backward_dq_fused(flamia_recipe recipe, int head_dim) {
   return recipe == FLAMIA_RECIPE_FP8_MIXED && head_dim == 128 && v != nullptr && std::strcmp(v, "fused") == 0;
 }
 
+namespace {
+
+// FLAMIA_BWD_DQ=hbm: the stored dS (dq_stored_kernel), either recipe.
+bool backward_dq_stored() {
+  const char* v = std::getenv("FLAMIA_BWD_DQ");
+  return v != nullptr && std::strcmp(v, "hbm") == 0;
+}
+
+// The stored dS's buffer: the documents' bases and a slab's runs (FLAMIA_BWD_DS_MIB bounds
+// it; 0.54 GB a head at fixed-16k), outside the workspace while this is a measurement
+// mode: held by the process and grown when a call needs more (growing frees the old
+// buffer, which synchronizes the device). One buffer per process: a call on another
+// device replaces it, and calls on streams that run at the same time must not use the mode.
+std::mutex g_ds_mutex;
+struct DsBuffer {
+  int device = -1;
+  void* ptr = nullptr;
+  size_t bytes = 0;
+} g_ds;
+
+cudaError_t stored_ds_buffer(size_t bytes, uint8_t** out) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(g_ds_mutex);
+  if (g_ds.device != device || g_ds.bytes < bytes) {
+    if (g_ds.ptr != nullptr) {
+      int current = device;
+      if ((err = cudaSetDevice(g_ds.device)) == cudaSuccess) err = cudaFree(g_ds.ptr);
+      cudaSetDevice(current);
+      if (err != cudaSuccess) return err;
+      g_ds = DsBuffer{};
+    }
+    if ((err = cudaMalloc(&g_ds.ptr, bytes)) != cudaSuccess) return err;
+    g_ds.device = device;
+    g_ds.bytes = bytes;
+  }
+  *out = static_cast<uint8_t*>(g_ds.ptr);
+  return cudaSuccess;
+}
+
+}  // namespace
+
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
                      const void* out, const float* lse, const void* qkv8, void* workspace,
                      void* dq, void* dk, void* dv) {
@@ -1076,6 +1536,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   // The fused dQ: selected, and no q_start (its rows before q_start would be written).
   const bool fused_selected = backward_dq_fused(p.recipe, p.head_dim);
   const bool fused = fused_selected && p.q_start == nullptr;
+  const bool stored = backward_dq_stored();
   const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
                                                          p.recipe, fused_selected);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
@@ -1116,6 +1577,32 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.work = work_list(base, layout, layout.fwd_work);
   a.dq = static_cast<uint16_t*>(dq);
   a.dq_acc = fused ? reinterpret_cast<float*>(ws + ws_layout.dq_acc) : nullptr;
+  int64_t* ds_doc_base = nullptr;
+  int ds_slab = 0;
+  if (stored) {
+    // A head's run, bounded from T, B and max_seqlen: at most N = ceil(T / 64) + B query
+    // tiles over all documents, each document at most M = ceil(max_seqlen / 64) tiles, so
+    // sum nt (nt + 1) / 2 <= N (M + 1) / 2 (causal) and sum nt^2 <= N M.
+    const int64_t n = (T + kTileTokens - 1) / kTileTokens + p.num_docs;
+    const int64_t m = std::min<int64_t>(std::max<int64_t>(1, (int64_t(p.max_seqlen) + kTileTokens - 1) / kTileTokens),
+                                        (T + kTileTokens - 1) / kTileTokens);
+    a.ds_head_tiles = p.causal ? (n * (m + 1) + 1) / 2 : n * m;
+    const int group = p.hq / p.hkv;
+    const size_t head_bytes = size_t(a.ds_head_tiles) * (mixed ? kStoredTileBytes<true> : kStoredTileBytes<false>);
+    // The slab: as many kv heads (with their query heads) as FLAMIA_BWD_DS_MIB allows
+    // (default 4096), at least one; then spread evenly over the slabs.
+    const char* mib_env = std::getenv("FLAMIA_BWD_DS_MIB");
+    const size_t budget = size_t(mib_env != nullptr && std::atoll(mib_env) > 0 ? std::atoll(mib_env) : 4096) << 20;
+    const int most = int(std::max<size_t>(1, std::min<size_t>(size_t(p.hkv), budget / (head_bytes * group))));
+    const int slabs = (p.hkv + most - 1) / most;
+    ds_slab = (p.hkv + slabs - 1) / slabs;
+    const size_t base_bytes = quant::round_up(int64_t(p.num_docs) * int64_t(sizeof(int64_t)), 256);
+    uint8_t* buffer = nullptr;
+    if ((err = stored_ds_buffer(base_bytes + size_t(ds_slab) * group * head_bytes, &buffer)) != cudaSuccess)
+      return failed("the stored dS's buffer", err);
+    ds_doc_base = reinterpret_cast<int64_t*>(buffer);
+    a.ds = buffer + base_bytes;
+  }
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
   a.total_tokens = p.total_tokens;
@@ -1132,6 +1619,12 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
     return failed("transpose_qk_codes", err);
   if (fused)
     err = launch_backward_fused_dq(a, p.stream);
+  else if (stored)
+    err = p.head_dim == 64
+              ? (mixed ? launch_backward_stored_dq<64, true>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
+                       : launch_backward_stored_dq<64, false>(a, p.num_docs, ds_slab, ds_doc_base, p.stream))
+              : (mixed ? launch_backward_stored_dq<128, true>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
+                       : launch_backward_stored_dq<128, false>(a, p.num_docs, ds_slab, ds_doc_base, p.stream));
   else if (p.head_dim == 64)
     err = mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
   else

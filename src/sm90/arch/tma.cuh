@@ -2,7 +2,7 @@
 // described by a CUtensorMap kernel parameter, lands in shared memory in the layout (and
 // swizzle) the map declares and signals an mbarrier with its byte count. Elements outside
 // the tensor are filled with zeros. PTX ISA "cp.async.bulk.tensor"; the maps are encoded on
-// the host (launch/tensor_maps.cpp).
+// the host (launch/tensor_maps.cpp). load_bulk copies a plain block the same way.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +37,16 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap& map, ui
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
       "l"(map_address(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+// A contiguous block of global memory (no tensor map) into shared memory, signalling bar with
+// its byte count: bytes a multiple of 16, both addresses 16-byte aligned. PTX ISA
+// "cp.async.bulk".
+__device__ __forceinline__ void load_bulk(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
 

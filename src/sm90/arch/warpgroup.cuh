@@ -32,6 +32,11 @@ constexpr int kFirstNamedBarrier = 8;
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// bar_sync that also consumes `token`, the output of non-volatile asm stores, so that they
+// are kept and issued before the barrier.
+__device__ __forceinline__ void bar_sync_after(int id, int threads, uint32_t token) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads), "r"(token) : "memory");
+}
 __device__ __forceinline__ void bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }

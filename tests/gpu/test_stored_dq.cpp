@@ -1,0 +1,110 @@
+// The stored dS (FLAMIA_BWD_DQ=hbm: the dK/dV pass writes each tile's dQ operand — fp8_mixed's
+// bf16(dS), fp8's q8(dS sk / rho) codes and rho — and a GEMM over it forms dQ instead of
+// recomputing S, dP and dS). Its dQ takes the same operands through the same wgmma steps
+// (and, for fp8, the same fold) as the deterministic pass, and dK, dV are computed as
+// before: all three must be bitwise the default backward's, for both recipes, at head dims
+// 128 and 64, with GQA, causal and not, documents at the 64-token edges, q_start, heads in
+// slabs.
+#if defined(FLAMIA_WITH_CUDA)
+
+#include <cstdlib>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "checks.h"
+#include "gpu_harness.h"
+
+namespace flamia_gpu_test {
+namespace {
+
+// Sets FLAMIA_BWD_DQ=hbm for the scope, and FLAMIA_BWD_DS_MIB (the buffer's budget) if given.
+class StoredDqEnv {
+ public:
+  explicit StoredDqEnv(const char* mib) : mib_(mib != nullptr) {
+    setenv("FLAMIA_BWD_DQ", "hbm", 1);
+    if (mib_) setenv("FLAMIA_BWD_DS_MIB", mib, 1);
+  }
+  ~StoredDqEnv() {
+    unsetenv("FLAMIA_BWD_DQ");
+    if (mib_) unsetenv("FLAMIA_BWD_DS_MIB");
+  }
+
+ private:
+  bool mib_;
+};
+
+// The default backward and the stored-dS one on the same inputs; mib: the buffer's budget
+// (1: one kv head a slab).
+void expect_bitwise(const Case& c, uint64_t seed, const char* mib = nullptr) {
+  const Inputs in = make_inputs(c, seed);
+  FwdResult f0, f1;
+  BwdResult b0, b1;
+  GpuRunner r0(c);
+  ASSERT_EQ(r0.forward_backward(in, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
+  {
+    StoredDqEnv stored(mib);
+    GpuRunner r1(c);
+    ASSERT_EQ(r1.forward_backward(in, &f1, &b1), FLAMIA_SUCCESS) << flamia_last_error();
+  }
+  EXPECT_EQ(b1.dq, b0.dq) << "dQ";
+  EXPECT_EQ(b1.dk, b0.dk) << "dK";
+  EXPECT_EQ(b1.dv, b0.dv) << "dV";
+}
+
+using Param = std::tuple<int /*gqa ratio*/, bool /*causal*/, int /*shape*/, int /*head dim*/, bool /*mixed*/>;
+
+Case make(const Param& p) {
+  const auto [ratio, causal, shape, d, mixed] = p;
+  Case c;
+  // Many short documents around the 64-token edges (a CTA whose second warpgroup has no
+  // keys or no queries), and longer ones with several 128-token tiles.
+  c.cu = shape == 0 ? cu_from_lengths({1, 2, 63, 64, 65, 127, 129, 131, 257, 509})
+                    : cu_from_lengths({1100, 300, 640, 77});
+  c.recipe = mixed ? FLAMIA_RECIPE_FP8_MIXED : FLAMIA_RECIPE_FP8;
+  c.d = d;
+  c.hkv = 2;
+  c.hq = 2 * ratio;
+  c.causal = causal;
+  return c;
+}
+
+class StoredDq : public ::testing::TestWithParam<Param> {};
+
+TEST_P(StoredDq, BitwiseTheDeterministicBackward) { expect_bitwise(make(GetParam()), 5151); }
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const auto [ratio, causal, shape, d, mixed] = info.param;
+  return std::string(mixed ? "fp8_mixed" : "fp8") + "_d" + std::to_string(d) + "_gqa" + std::to_string(ratio) +
+         (causal ? "_causal" : "_full") + (shape == 0 ? "_short" : "_long");
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, StoredDq,
+                         ::testing::Combine(::testing::Values(1, 4), ::testing::Values(true, false),
+                                            ::testing::Values(0, 1), ::testing::Values(128, 64),
+                                            ::testing::Values(true, false)),
+                         param_name);
+
+// Keys-only rows (q_start): the dK/dV pass skips their query tiles, the GEMM their dQ.
+TEST(StoredDqQStart, BitwiseTheDeterministicBackward) {
+  for (const bool mixed : {true, false}) {
+    Case c = make(Param{2, true, 1, 128, mixed});
+    c.q_start = {384, 128, 0, 0};
+    expect_bitwise(c, 77);
+  }
+}
+
+// A budget of 1 MiB: one kv head (and its query heads) a slab, the documents' bases shared.
+TEST(StoredDqSlabs, OneKvHeadASlab) {
+  for (const bool mixed : {true, false}) {
+    for (const bool causal : {true, false}) expect_bitwise(make(Param{4, causal, 1, 128, mixed}), 31, "1");
+    expect_bitwise(make(Param{1, true, 0, 64, mixed}), 32, "1");
+  }
+}
+
+}  // namespace
+}  // namespace flamia_gpu_test
+
+#endif  // FLAMIA_WITH_CUDA
