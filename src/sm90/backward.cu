@@ -20,11 +20,11 @@
 //      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
 //    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
-//    Two measurement modes (FLAMIA_BWD_DQ): `fused` (fp8_mixed, D = 128) forms dQ inside the
-//    dK/dV pass by FP32 reductions (no dQ kernel; not deterministic); `hbm` has the dK/dV
-//    pass store dQ's operand of every tile pair (fp8_mixed's bf16(dS), fp8's codes and rho)
-//    and replaces this kernel by a GEMM over it (dq_stored_kernel; the same bits, a buffer
-//    of 2 or 1.06 bytes a pair).
+//    Two options (FLAMIA_BWD_DQ): `fused` (fp8_mixed, D = 128) forms dQ inside the dK/dV
+//    pass by FP32 reductions (no dQ kernel; not deterministic); `hbm` has the dK/dV pass
+//    store dQ's operand of every tile pair (fp8_mixed's bf16(dS), fp8's codes and rho) and
+//    replaces this kernel by a GEMM over it (dq_stored_kernel; the same bits, 2 or 1.06
+//    bytes a pair of workspace, in slabs of heads: stored_ds_plan).
 // Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the
 // products reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major
 // core matrices), zero past the document end. The other side streams through a ring of
@@ -50,7 +50,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "common/tiles.h"
 #include "quantize/quantize.cuh"
@@ -1478,48 +1477,46 @@ bool backward_dq_fused(flamia_recipe recipe, int head_dim) {
   return recipe == FLAMIA_RECIPE_FP8_MIXED && head_dim == 128 && v != nullptr && std::strcmp(v, "fused") == 0;
 }
 
-namespace {
-
-// FLAMIA_BWD_DQ=hbm: the stored dS (dq_stored_kernel), either recipe.
 bool backward_dq_stored() {
   const char* v = std::getenv("FLAMIA_BWD_DQ");
   return v != nullptr && std::strcmp(v, "hbm") == 0;
 }
 
-// The stored dS's buffer: the documents' bases and a slab's runs (FLAMIA_BWD_DS_MIB bounds
-// it; 0.54 GB a head at fixed-16k), outside the workspace while this is a measurement
-// mode: held by the process and grown when a call needs more (growing frees the old
-// buffer, which synchronizes the device). One buffer per process: a call on another
-// device replaces it, and calls on streams that run at the same time must not use the mode.
-std::mutex g_ds_mutex;
-struct DsBuffer {
-  int device = -1;
-  void* ptr = nullptr;
-  size_t bytes = 0;
-} g_ds;
-
-cudaError_t stored_ds_buffer(size_t bytes, uint8_t** out) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  std::lock_guard<std::mutex> lock(g_ds_mutex);
-  if (g_ds.device != device || g_ds.bytes < bytes) {
-    if (g_ds.ptr != nullptr) {
-      int current = device;
-      if ((err = cudaSetDevice(g_ds.device)) == cudaSuccess) err = cudaFree(g_ds.ptr);
-      cudaSetDevice(current);
-      if (err != cudaSuccess) return err;
-      g_ds = DsBuffer{};
-    }
-    if ((err = cudaMalloc(&g_ds.ptr, bytes)) != cudaSuccess) return err;
-    g_ds.device = device;
-    g_ds.bytes = bytes;
-  }
-  *out = static_cast<uint8_t*>(g_ds.ptr);
-  return cudaSuccess;
+StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
+                            flamia_recipe recipe, int max_seqlen, bool causal) {
+  StoredDsPlan plan;
+  if (!backward_dq_stored() || total_tokens <= 0 || hkv <= 0 || hq % hkv != 0 || (head_dim != 64 && head_dim != 128))
+    return plan;
+  // A head's run, bounded from T, B and max_seqlen: at most N = ceil(T / 64) + B query tiles
+  // over all documents, each document at most M = ceil(max_seqlen / 64) tiles, so
+  // sum nt (nt + 1) / 2 <= N (M + 1) / 2 (causal) and sum nt^2 <= N M.
+  const int64_t tiles = (total_tokens + kTileTokens - 1) / kTileTokens;
+  const int64_t n = tiles + num_docs;
+  const int64_t m = std::min<int64_t>(std::max<int64_t>(1, (int64_t(max_seqlen) + kTileTokens - 1) / kTileTokens), tiles);
+  plan.head_tiles = causal ? (n * (m + 1) + 1) / 2 : n * m;
+  const int group = hq / hkv;
+  const bool mixed = recipe == FLAMIA_RECIPE_FP8_MIXED;
+  const size_t head_bytes = size_t(plan.head_tiles) * (mixed ? kStoredTileBytes<true> : kStoredTileBytes<false>);
+  // As many kv heads (with their query heads) as FLAMIA_BWD_DS_MIB allows, at least one;
+  // then spread evenly over the slabs, so that the last is not a sliver.
+  const char* mib_env = std::getenv("FLAMIA_BWD_DS_MIB");
+  const long long mib = mib_env != nullptr ? std::atoll(mib_env) : 0;
+  const size_t budget = size_t(mib > 0 ? mib : 4096) << 20;
+  const int most = int(std::max<size_t>(1, std::min<size_t>(size_t(hkv), budget / (head_bytes * group))));
+  const int slabs = (hkv + most - 1) / most;
+  plan.slab = (hkv + slabs - 1) / slabs;
+  plan.base_bytes = quant::round_up(num_docs * int64_t(sizeof(int64_t)), 256);
+  plan.bytes = plan.base_bytes + size_t(plan.slab) * group * head_bytes;
+  return plan;
 }
 
-}  // namespace
+size_t backward_workspace_bytes_for(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
+                                    flamia_recipe recipe, int max_seqlen, bool causal) {
+  const StoredDsPlan plan = stored_ds_plan(total_tokens, num_docs, hq, hkv, head_dim, recipe, max_seqlen, causal);
+  return quant::BwdWorkspaceLayout::make(total_tokens, num_docs, hq, hkv, head_dim, recipe,
+                                         backward_dq_fused(recipe, head_dim), plan.bytes)
+      .bytes;
+}
 
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
                      const void* out, const float* lse, const void* qkv8, void* workspace,
@@ -1536,9 +1533,11 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   // The fused dQ: selected, and no q_start (its rows before q_start would be written).
   const bool fused_selected = backward_dq_fused(p.recipe, p.head_dim);
   const bool fused = fused_selected && p.q_start == nullptr;
-  const bool stored = backward_dq_stored();
+  const StoredDsPlan plan =
+      stored_ds_plan(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, p.max_seqlen, p.causal);
+  const bool stored = plan.slab > 0;
   const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
-                                                         p.recipe, fused_selected);
+                                                         p.recipe, fused_selected, plan.bytes);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const uint8_t* base = static_cast<const uint8_t*>(qkv8);
 
@@ -1580,28 +1579,10 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   int64_t* ds_doc_base = nullptr;
   int ds_slab = 0;
   if (stored) {
-    // A head's run, bounded from T, B and max_seqlen: at most N = ceil(T / 64) + B query
-    // tiles over all documents, each document at most M = ceil(max_seqlen / 64) tiles, so
-    // sum nt (nt + 1) / 2 <= N (M + 1) / 2 (causal) and sum nt^2 <= N M.
-    const int64_t n = (T + kTileTokens - 1) / kTileTokens + p.num_docs;
-    const int64_t m = std::min<int64_t>(std::max<int64_t>(1, (int64_t(p.max_seqlen) + kTileTokens - 1) / kTileTokens),
-                                        (T + kTileTokens - 1) / kTileTokens);
-    a.ds_head_tiles = p.causal ? (n * (m + 1) + 1) / 2 : n * m;
-    const int group = p.hq / p.hkv;
-    const size_t head_bytes = size_t(a.ds_head_tiles) * (mixed ? kStoredTileBytes<true> : kStoredTileBytes<false>);
-    // The slab: as many kv heads (with their query heads) as FLAMIA_BWD_DS_MIB allows
-    // (default 4096), at least one; then spread evenly over the slabs.
-    const char* mib_env = std::getenv("FLAMIA_BWD_DS_MIB");
-    const size_t budget = size_t(mib_env != nullptr && std::atoll(mib_env) > 0 ? std::atoll(mib_env) : 4096) << 20;
-    const int most = int(std::max<size_t>(1, std::min<size_t>(size_t(p.hkv), budget / (head_bytes * group))));
-    const int slabs = (p.hkv + most - 1) / most;
-    ds_slab = (p.hkv + slabs - 1) / slabs;
-    const size_t base_bytes = quant::round_up(int64_t(p.num_docs) * int64_t(sizeof(int64_t)), 256);
-    uint8_t* buffer = nullptr;
-    if ((err = stored_ds_buffer(base_bytes + size_t(ds_slab) * group * head_bytes, &buffer)) != cudaSuccess)
-      return failed("the stored dS's buffer", err);
-    ds_doc_base = reinterpret_cast<int64_t*>(buffer);
-    a.ds = buffer + base_bytes;
+    ds_doc_base = reinterpret_cast<int64_t*>(ws + ws_layout.ds);
+    a.ds = ws + ws_layout.ds + plan.base_bytes;
+    a.ds_head_tiles = plan.head_tiles;
+    ds_slab = plan.slab;
   }
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
