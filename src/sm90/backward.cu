@@ -1496,7 +1496,10 @@ StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int 
   plan.head_tiles = causal ? (n * (m + 1) + 1) / 2 : n * m;
   const int group = hq / hkv;
   const bool mixed = recipe == FLAMIA_RECIPE_FP8_MIXED;
-  const size_t head_bytes = size_t(plan.head_tiles) * (mixed ? kStoredTileBytes<true> : kStoredTileBytes<false>);
+  const size_t tile_bytes = mixed ? kStoredTileBytes<true> : kStoredTileBytes<false>;
+  // Sizes no allocation could hold (T near 2^31 tokens) would overflow below: the default pass.
+  if (size_t(plan.head_tiles) > (size_t(1) << 48) / (tile_bytes * size_t(hq))) return StoredDsPlan{};
+  const size_t head_bytes = size_t(plan.head_tiles) * tile_bytes;
   // As many kv heads (with their query heads) as FLAMIA_BWD_DS_MIB allows, at least one;
   // then spread evenly over the slabs, so that the last is not a sliver.
   const char* mib_env = std::getenv("FLAMIA_BWD_DS_MIB");
