@@ -518,8 +518,8 @@ __global__ void __launch_bounds__(1024) ds_doc_bases(const int32_t* __restrict__
 struct StoredDs {
   uint32_t chunk;  // this warpgroup's chunk of the dS buffer (shared address)
   uint8_t* tile;   // its tile in global memory
-  // The previous computed step's chunk and tile, still to be written out (tile null: none),
-  // which the step writes while its Sᵀ and dPᵀ products run (write_stored_ds).
+  // fp8: the previous computed step's chunk and tile, whose row pass is still to come (tile
+  // null: none), which the step makes while its Sᵀ and dPᵀ products run.
   uint32_t pending_chunk;
   uint8_t* pending_tile;
 };
@@ -541,28 +541,25 @@ __device__ __forceinline__ void store_ds_transposed(uint32_t chunk, const uint32
   }
 }
 
-// fp8_mixed's stored dS in two halves. store_ds_tile puts this warpgroup's operand into its
-// chunk; the barrier makes the four warps' parts visible to each other. copy_ds_tile, in the
-// warpgroup's next computed step (while its Sᵀ and dPᵀ products run) or after the last,
-// moves the chunk to global memory, 16 bytes a thread per instruction (a warp writes 512
-// contiguous bytes), streaming stores: the dQ GEMM reads it only after the whole pass. The
-// chunks alternate with every computed step, so a chunk is read before the barrier of the
-// step that copies it and written again only after that barrier.
+// fp8_mixed's stored dS: this warpgroup's operand into its chunk, made visible to the async
+// proxy, the warpgroup's barrier, then one bulk copy of the 8 KB chunk to global memory by the
+// warpgroup's first thread (no per-thread loads or stores). The chunks alternate with every
+// computed step; before the barrier that thread waits until its previous copy (the other
+// chunk's, a step old) has read shared memory, so that no thread writes that chunk again
+// (next step) while it is read. finish_ds_copies, after the last step, lets the copies end.
 __device__ __forceinline__ void store_ds_tile(const StoredDs& sd, const uint32_t (&a)[4][4]) {
   store_ds_transposed(sd.chunk, a);
+  wgmma::fence_proxy_async();
+  const bool first = tile_tid() == 0;
+  if (first) tma::wait_bulk_read<0>();
   warpgroup::bar_sync(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads);
-}
-__device__ __forceinline__ void copy_ds_tile(uint32_t chunk, uint8_t* tile) {
-  const int t = tile_tid();
-#pragma unroll
-  for (int k = 0; k < kDsTileBytes / (16 * warpgroup::kThreads); ++k) {
-    const int off = 16 * (t + k * warpgroup::kThreads);
-    int4 v;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(chunk + uint32_t(off)));
-    __stcs(reinterpret_cast<int4*>(tile + off), v);
+  if (first) {
+    tma::store_bulk(sd.tile, sd.chunk, kDsTileBytes);
+    tma::commit_bulk();
   }
+}
+__device__ __forceinline__ void finish_ds_copies() {
+  if (tile_tid() == 0) tma::wait_bulk<0>();
 }
 
 // fp8's stored dS, once the warpgroup's x = dS sk (FP32, masked pairs 0) of the step is in
@@ -607,15 +604,6 @@ __device__ __forceinline__ void store_fp8_ds_rows(uint32_t staging, uint8_t* til
   if (half == 0) __stcs(reinterpret_cast<float*>(tile + kDsCodesBytes) + i, rho);
 }
 
-// The previous computed step's stored dS from its chunk to global memory: fp8_mixed's image
-// as it is, fp8's staged x as codes and rho.
-template <int D, bool kMixed>
-__device__ __forceinline__ void write_stored_ds(uint32_t chunk, uint8_t* tile) {
-  if constexpr (kMixed)
-    copy_ds_tile(chunk, tile);
-  else
-    store_fp8_ds_rows(chunk, tile, DkdvSmem<D, kMixed, false, true>::kStagingRowFloats);
-}
 
 // After both warpgroups stored their dS (each fenced its stores for the async proxy): this
 // warpgroup's dQ partial, dq = dS · K[:, its D/2 columns], issued as one committed group.
@@ -707,8 +695,9 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   wgmma::fence();
   issue_scores<D, true>(s, kb + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
   issue_row_dots<D, true>(dp, kb + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
-  if constexpr (kStoreDs) {
-    if (sd.pending_tile != nullptr) write_stored_ds<D, kMixed>(sd.pending_chunk, sd.pending_tile);
+  if constexpr (kStoreDs && !kMixed) {
+    if (sd.pending_tile != nullptr)
+      store_fp8_ds_rows(sd.pending_chunk, sd.pending_tile, DkdvSmem<D, kMixed, false, true>::kStagingRowFloats);
   }
   // fp8: dV's operand scale while the MMAs run: P <= 1, so the tile's largest sdo bounds
   // every P · sdo, and sigma = pow2_scale(that) serves every key (ALGORITHM.md §3). A quad's
@@ -771,8 +760,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       wgmma::pin(pv.a);
       reduce_fused_dq<D>(fz, dq);
     } else {
-      // The stored dS goes to shared memory while dK's product runs (its reads of ds.a change
-      // nothing); the next computed step copies it out.
+      // The stored dS leaves while dK's product runs (its reads of ds.a change nothing).
       if constexpr (kStoreDs) store_ds_tile(sd, ds.a);
       chained_product_done<D, 0>(dk, ds);
       wgmma::pin(dv);
@@ -830,7 +818,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     }
     if constexpr (kStoreDs) {
       // Every thread's x is in the chunk for the next computed step's row pass
-      // (write_stored_ds); the chunks alternate, so the previous chunk's row pass, made
+      // (store_fp8_ds_rows); the chunks alternate, so the previous chunk's row pass, made
       // before this barrier, is also ordered before that chunk is written again.
       warpgroup::bar_sync_after(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads, staged);
     }
@@ -951,7 +939,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   int stored = 0;  // steps this warpgroup has computed: the stored dS's buffer parity
   [[maybe_unused]] StoredDsRun<kMixed> run;
   if constexpr (kStoreDs) run = StoredDsRun<kMixed>(a, dt);
-  [[maybe_unused]] uint32_t pending_chunk = 0;  // the last computed step's dS, not yet written out
+  [[maybe_unused]] uint32_t pending_chunk = 0;  // fp8: the last computed step's dS, not yet written out
   [[maybe_unused]] uint8_t* pending_tile = nullptr;
   for (int step = 0; step < steps; ++step) {
     const QueryTile next = next_tile(cur);
@@ -976,10 +964,12 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
         sd.chunk = kMixed ? base + S::kDs + (stored & 1) * S::kDsBuffer + wg * S::kDsChunk
                           : base + S::kDs + ((stored & 1) * kDkdvWarpgroups + wg) * S::kStagingChunk;
         sd.tile = run.tile(cur.h, m, nw);
-        sd.pending_chunk = pending_chunk;
-        sd.pending_tile = pending_tile;
-        pending_chunk = sd.chunk;
-        pending_tile = sd.tile;
+        if constexpr (!kMixed) {
+          sd.pending_chunk = pending_chunk;
+          sd.pending_tile = pending_tile;
+          pending_chunk = sd.chunk;
+          pending_tile = sd.tile;
+        }
         ++stored;
       }
       // The fused dQ and the stored dS also carry dS's key rows past the document (dK, dV
@@ -1000,8 +990,9 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     cur = next;
   }
 
-  if constexpr (kStoreDs) {
-    if (pending_tile != nullptr) write_stored_ds<D, kMixed>(pending_chunk, pending_tile);
+  if constexpr (kStoreDs && kMixed) finish_ds_copies();
+  if constexpr (kStoreDs && !kMixed) {
+    if (pending_tile != nullptr) store_fp8_ds_rows(pending_chunk, pending_tile, S::kStagingRowFloats);
   }
   // Every key row of the document is written, also those no query sees (zeros).
   const int64_t out_off = dt.tok0 * kv_row + hk * D;
