@@ -48,7 +48,7 @@ for dir in "$@"; do
   fi
   if [ "${PYTEST:-0}" = 1 ]; then
     (cd "$dir" && FLAMIA_REQUIRE_GPU=1 FLAMIA_LIBRARY="$build/libflamia.so" PYTHONPATH="$dir/python${PYTHONPATH:+:$PYTHONPATH}" \
-      timeout 240 python3 -m pytest -q -p no:cacheprovider python/tests) >"$LOGS/$name.pytest.log" 2>&1 || status=1
+      timeout 480 python3 -m pytest -q -p no:cacheprovider python/tests) >"$LOGS/$name.pytest.log" 2>&1 || status=1
     echo "pytest: $(tail -1 "$LOGS/$name.pytest.log")"
     grep -E '^FAILED' "$LOGS/$name.pytest.log" | head -10
   fi
