@@ -12,6 +12,8 @@
 # ITERS (default 10), PHASES (default fwd,bwd,step), WHAT (the bundle's description),
 # SETTLE_MS (default 0: flamia_bench --settle-ms, idle before each timed region, so that a
 # phase's time does not carry the power the phase before it drew; the step is unaffected).
+# BENCH_ENV: VAR=value pairs for every tree's benchmark (e.g. BENCH_ENV=FLAMIA_BWD_DQ=hbm to
+# compare two versions of an option).
 # Correctness is tools/ab_check.sh's part (GPU suite, sanitizers, fuzzer); this one only times.
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 DIR_REF DIR [DIR ...]"; exit 2; }
@@ -57,12 +59,12 @@ files=()
 for ((r = 1; r <= ROUNDS; ++r)); do
   for i in "${!dirs[@]}"; do
     base="$OUT/bench_${names[$i]}_round$r"
-    "${dirs[$i]}/build-ab/flamia_bench" --workloads "$WORKLOADS" --recipes "$RECIPES" --iters "$ITERS" --settle-ms "$SETTLE_MS" \
+    env ${BENCH_ENV:-} "${dirs[$i]}/build-ab/flamia_bench" --workloads "$WORKLOADS" --recipes "$RECIPES" --iters "$ITERS" --settle-ms "$SETTLE_MS" \
       --json "$base.json" >"$base.txt" 2>&1 || { echo "${names[$i]} round $r: flamia_bench failed"; tail -5 "$base.txt"; status=1; continue; }
     files+=("$base.json")
   done
 done
 python3 "$ROOT/tools/ab_summary.py" --phases "${PHASES:-fwd,bwd,step}" --bundle "$OUT/ab_bench_runs.json" \
-  --what "${WHAT:-flamia_bench --recipes $RECIPES --iters $ITERS, trees alternated $ROUNDS times: ${names[*]}}" \
+  --what "${WHAT:-${BENCH_ENV:+$BENCH_ENV }flamia_bench --recipes $RECIPES --iters $ITERS, trees alternated $ROUNDS times: ${names[*]}}" \
   "${files[@]}" | tee "$OUT/ab_bench.md"
 exit $status
