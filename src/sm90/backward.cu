@@ -24,7 +24,7 @@
 //    pass by FP32 reductions (no dQ kernel; not deterministic); `hbm` has the dK/dV pass
 //    store dQ's operand of every tile pair (fp8_mixed's bf16(dS), fp8's codes and rho) and
 //    replaces this kernel by a GEMM over it (dq_stored_kernel; the same bits, 2 or 1.06
-//    bytes a pair of workspace, in slabs of heads: stored_ds_plan).
+//    bytes a score of workspace, in slabs of heads: stored_ds_plan).
 // Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the
 // products reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major
 // core matrices), zero past the document end. The other side streams through a ring of
@@ -106,7 +106,7 @@ struct BwdArgs {
   float c;              // softmax_scale * log2(e)
   float softmax_scale;
   // The stored dS (FLAMIA_BWD_DQ=hbm), else null / 0.
-  uint8_t* ds;                 // the stored tiles (ds_tile)
+  uint8_t* ds;                 // the stored tiles (StoredDsRun addresses them)
   const int64_t* ds_doc_base;  // [B]: a document's first tile in a head's run (ds_doc_bases)
   int64_t ds_head_tiles;       // tiles a head's run holds (a bound over every document)
   int ds_hk0, ds_hkv;          // this launch's slab of kv heads: [ds_hk0, ds_hk0 + ds_hkv)
@@ -441,8 +441,8 @@ template <bool kMixed>
 constexpr int kStoredTileBytes = kMixed ? kDsTileBytes : kDsCodesBytes + kDsRhoBytes;
 // A CTA's document in the stored tiles, set up once (the base's load, the clamp, the head
 // division), so that a step's tile address is a few integer instructions: the loop's
-// integer work is the dK/dV pass's chain too (a per-step ds_tile with a division and 64-bit
-// clamps cost it 27 % more instructions).
+// integer work is the dK/dV pass's chain too (forming the address from scratch every step,
+// with a division and 64-bit clamps, cost it 27 % more instructions).
 template <bool kMixed>
 struct StoredDsRun {
   uint8_t* doc;         // the document's first tile in the slab's first query head
