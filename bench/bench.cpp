@@ -429,7 +429,6 @@ class Bench {
     for (flamia_recipe recipe : o_.recipes) {
       Record r{w, lengths, recipe, "", {}, forward_flops(lengths, w.hq, w.head_dim, w.causal), 0, true};
       const size_t qkv8_bytes = flamia_qkv8_bytes(T, B, w.hq, w.hkv, w.head_dim, recipe, 1);
-      const size_t ws_bytes = flamia_backward_workspace_bytes(T, B, w.hq, w.hkv, w.head_dim, recipe);
       if (qkv8_bytes == 0) {
         r.error = std::string("flamia_qkv8_bytes: ") + flamia_last_error();
         records.push_back(r);
@@ -439,7 +438,7 @@ class Bench {
       // fills (every FP8 layout the kernels read, plus the per-token scales).
       r.quant_bytes = 2 * (q_elems + 2 * kv_elems) + qkv8_bytes;
       // The call is told the exact size; the allocation may be larger (--qkv8-extra-mib).
-      Buffer qkv8_alloc(qkv8_bytes + (size_t(o_.qkv8_extra_mib) << 20)), ws(ws_bytes);
+      Buffer qkv8_alloc(qkv8_bytes + (size_t(o_.qkv8_extra_mib) << 20));
       struct {
         void* p;
         size_t bytes;
@@ -455,6 +454,8 @@ class Bench {
       a.softmax_scale = 0.0f;
       a.recipe = recipe;
       a.stream = stream_;
+      // Sized for the call: FLAMIA_BWD_DQ=hbm's stored dS depends on max_seqlen and causal.
+      Buffer ws(flamia_backward_workspace_bytes_for(&a));
       const flamia_tensor t_out = view3(out.p, FLAMIA_DTYPE_BF16, T, w.hq, w.head_dim, dev_);
       const flamia_tensor t_lse = view2(lse.p, FLAMIA_DTYPE_FP32, w.hq, T, dev_);
       const flamia_tensor t_dout = view3(dout.p, FLAMIA_DTYPE_BF16, T, w.hq, w.head_dim, dev_);

@@ -132,14 +132,18 @@ void run_gpu(const Problem& in, Problem& g) {
   // qkv8: the forward quantizes q/k/v into it once; for_backward = 1 makes room for the
   // layouts the backward reads, so the backward does not quantize them again.
   const size_t qkv8_size = qkv8_bytes(in.T, num_docs(in), kHq, kHkv, kD, FLAMIA_RECIPE_FP8, true);
-  const size_t ws_size = backward_workspace_bytes(in.T, num_docs(in), kHq, kHkv, kD, FLAMIA_RECIPE_FP8);
   if (qkv8_size == 0) throw Error(FLAMIA_ERROR_INVALID_ARGUMENT, "qkv8_bytes: " + last_error());
-  DeviceBuffer qkv8(qkv8_size), workspace(ws_size);
+  DeviceBuffer qkv8(qkv8_size);
 
   auto args = make_args(bf16_view(q.ptr, in.T, kHq, kD, dev), bf16_view(k.ptr, in.T, kHkv, kD, dev),
                         bf16_view(v.ptr, in.T, kHkv, kD, dev),
                         cu_seqlens_view(static_cast<const int32_t*>(cu.ptr), num_docs(in), dev), in.max_seqlen,
                         /*causal=*/true, /*softmax_scale=*/0.0f, FLAMIA_RECIPE_FP8, stream);
+  // The backward's scratch depends on the call's options (max_seqlen and causal for the
+  // stored dS of FLAMIA_BWD_DQ=hbm), so it is sized from the arguments themselves.
+  const size_t ws_size = backward_workspace_bytes(args);
+  if (ws_size == 0) throw Error(FLAMIA_ERROR_INVALID_ARGUMENT, "backward_workspace_bytes: " + last_error());
+  DeviceBuffer workspace(ws_size);
   forward(args, bf16_view(out.ptr, in.T, kHq, kD, dev), lse_view(lse.ptr, kHq, in.T, dev), qkv8.ptr, qkv8_size);
   backward(args, bf16_view(dout.ptr, in.T, kHq, kD, dev), bf16_view(out.ptr, in.T, kHq, kD, dev),
            lse_view(lse.ptr, kHq, in.T, dev), bf16_view(dq.ptr, in.T, kHq, kD, dev),

@@ -121,9 +121,18 @@ size_t flamia_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int
                          flamia_recipe recipe, int32_t for_backward);
 
 /* Bytes of scratch the backward needs (quantized dO and its transpose, D = rowsum(dO*O); with
- * recipe fp8 also the transposed FP8 q and k, which qkv8 does not keep). */
+ * recipe fp8 also the transposed FP8 q and k, which qkv8 does not keep). Not enough for
+ * FLAMIA_BWD_DQ=hbm: flamia_backward_workspace_bytes_for sizes every option. */
 size_t flamia_backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv,
                                        int32_t head_dim, flamia_recipe recipe);
+
+/* Bytes of scratch a backward call with these arguments needs: flamia_backward_workspace_bytes,
+ * plus with FLAMIA_BWD_DQ=hbm the stored dS (2 bytes per score with fp8_mixed, ~1.06 with
+ * fp8, in slabs of kv heads of at most FLAMIA_BWD_DS_MIB MiB, default 4096, at least
+ * one kv head), which depends on max_seqlen and causal. Validates args as flamia_backward
+ * does; 0 for host calls (no workspace), for invalid args (flamia_last_error() says why) and
+ * in a build without CUDA. */
+size_t flamia_backward_workspace_bytes_for(const flamia_attention_args* args);
 
 /* Quantize q, k, v into qkv8 (one fused pass). Lets a caller quantize once and reuse.
  * With host tensors this only validates the arguments (host calls quantize internally). */

@@ -149,6 +149,10 @@ inline size_t backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, i
   return flamia_backward_workspace_bytes(total_tokens, num_docs, hq, hkv, head_dim, recipe);
 }
 
+inline size_t backward_workspace_bytes(const flamia_attention_args& args) {
+  return flamia_backward_workspace_bytes_for(&args);
+}
+
 inline void quantize_qkv(const flamia_attention_args& args, void* qkv8, size_t qkv8_bytes, bool for_backward) {
   check(flamia_quantize_qkv(&args, qkv8, qkv8_bytes, for_backward ? 1 : 0));
 }

@@ -181,6 +181,7 @@ class Library:
         self._sig(d.flamia_backward_workspace_bytes, size_t,
                   [ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
                    ctypes.c_int])
+        self._sig(d.flamia_backward_workspace_bytes_for, size_t, [args_p])
         self._sig(d.flamia_quantize_qkv, ctypes.c_int, [args_p, ctypes.c_void_p, size_t, ctypes.c_int32])
         self._sig(d.flamia_forward, ctypes.c_int,
                   [args_p, Tensor, Tensor, ctypes.c_void_p, size_t, ctypes.c_int32])
@@ -225,10 +226,10 @@ class Library:
         return int(self._dll.flamia_qkv8_bytes(total_tokens, num_docs, hq, hkv, head_dim, recipe,
                                                1 if for_backward else 0))
 
-    def backward_workspace_bytes(self, total_tokens: int, num_docs: int, hq: int, hkv: int,
-                                 head_dim: int, recipe: int) -> int:
-        return int(self._dll.flamia_backward_workspace_bytes(total_tokens, num_docs, hq, hkv, head_dim,
-                                                             recipe))
+    def backward_workspace_bytes_for(self, args: AttentionArgs) -> int:
+        """The workspace of a backward call with these arguments, every option included (0 for
+        host calls, and for invalid arguments, which the backward call itself then reports)."""
+        return int(self._dll.flamia_backward_workspace_bytes_for(ctypes.byref(args)))
 
     def quantize_qkv(self, args: AttentionArgs, qkv8: int, qkv8_bytes: int, for_backward: bool) -> None:
         st = self._dll.flamia_quantize_qkv(ctypes.byref(args), qkv8 or None, qkv8_bytes,

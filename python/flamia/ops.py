@@ -188,16 +188,15 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
         hkv = int(kv_heads)
         shapes = ((T, hq, d), (T, hkv, d), out)
     lib = _lib.get()
-    rid = _lib.recipe_id(recipe)
     # The kernels read dout with a contiguous head dim; a transposed/expanded grad is common.
     dout = dout.contiguous()
     dq = (torch.empty if q_start is None else torch.zeros)((T, hq, d), dtype=torch.bfloat16, device=dev)
     dk = torch.empty((T, hkv, d), dtype=torch.bfloat16, device=dev)
     dv = torch.empty((T, hkv, d), dtype=torch.bfloat16, device=dev)
-    wbytes = lib.backward_workspace_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, rid)
-    ws = torch.empty((wbytes,), dtype=torch.uint8, device=dev)
     with _on(dev):
         args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, shapes, q_start)
+        wbytes = lib.backward_workspace_bytes_for(args)
+        ws = torch.empty((wbytes,), dtype=torch.uint8, device=dev)
         lib.backward(args, tensor_view(dout, "dout"), tensor_view(out, "out"), tensor_view(lse, "lse"),
                      qkv8.data_ptr() if qkv8.numel() else 0, qkv8.numel(),
                      ws.data_ptr() if wbytes else 0, wbytes,

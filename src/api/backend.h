@@ -33,6 +33,9 @@ size_t device_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv
                          flamia_recipe recipe, bool for_backward);
 size_t device_workspace_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                               flamia_recipe recipe);
+// The workspace of one backward call (also the stored dS's part, which needs max_seqlen and
+// causal); 0 without CUDA.
+size_t device_workspace_bytes_for(const Problem& p);
 
 // Reads and clears the sticky error record of one device (or, device < 0, of every device
 // this process ran calls on); a recorded fault becomes FLAMIA_ERROR_INVALID_ARGUMENT with its

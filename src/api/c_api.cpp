@@ -94,6 +94,18 @@ size_t flamia_backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, i
   return bytes;
 }
 
+size_t flamia_backward_workspace_bytes_for(const flamia_attention_args* args) {
+  size_t bytes = 0;
+  guarded([&] {
+    flamia::api::Problem p;
+    // As flamia_backward: device q, k, v may come without data.
+    FLAMIA_TRY(flamia::api::validate_args(args, &p, args && args->q.device != FLAMIA_DEVICE_HOST));
+    if (!p.on_host()) bytes = flamia::api::device_workspace_bytes_for(p);
+    return Status::success();
+  });
+  return bytes;
+}
+
 flamia_status flamia_quantize_qkv(const flamia_attention_args* args, void* qkv8, size_t qkv8_bytes,
                                   int32_t for_backward) {
   return guarded([&] { return flamia::api::quantize_impl(args, qkv8, qkv8_bytes, for_backward != 0); });

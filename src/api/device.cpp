@@ -247,10 +247,10 @@ Status device_backward(const Problem& p, const flamia_attention_args& a, const f
                        const flamia_tensor& dk, const flamia_tensor& dv) {
   FLAMIA_TRY(validate_buffer("qkv8", "qkv8_bytes", qkv8, qkv8_bytes, qkv8_need(p, true),
                              "flamia_qkv8_bytes(..., for_backward = 1)"));
-  const size_t ws_need =
-      sm90::backward_workspace_bytes(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe);
+  const size_t ws_need = device_workspace_bytes_for(p);
   FLAMIA_TRY(validate_buffer("workspace", "workspace_bytes", workspace, workspace_bytes, ws_need,
-                             "flamia_backward_workspace_bytes"));
+                             sm90::backward_dq_stored() ? "flamia_backward_workspace_bytes_for(args) (FLAMIA_BWD_DQ=hbm)"
+                                                        : "flamia_backward_workspace_bytes"));
   // sm90::backward reads out with dout's strides (sm90.h), and out is dense.
   if (effective_stride(dout, 0) != int64_t(p.hq) * p.head_dim || effective_stride(dout, 1) != p.head_dim)
     return Status::unsupported("dout: a strided dout is not supported on the device yet (the kernels read dout "
@@ -317,6 +317,11 @@ size_t device_workspace_bytes(int64_t total_tokens, int64_t num_docs, int hq, in
   return sm90::backward_workspace_bytes(total_tokens, num_docs, hq, hkv, head_dim, recipe);
 }
 
+size_t device_workspace_bytes_for(const Problem& p) {
+  return sm90::backward_workspace_bytes_for(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe,
+                                            p.max_seqlen, p.causal);
+}
+
 bool device_available() { return sm90::device_supported(); }
 
 const char* build_flavour() { return "sm90a"; }
@@ -351,6 +356,7 @@ Status device_take_errors(int device) {
 
 size_t device_qkv8_bytes(int64_t, int64_t, int, int, int, flamia_recipe, bool) { return 0; }
 size_t device_workspace_bytes(int64_t, int64_t, int, int, int, flamia_recipe) { return 0; }
+size_t device_workspace_bytes_for(const Problem&) { return 0; }
 bool device_available() { return false; }
 const char* build_flavour() { return "cpu only"; }
 

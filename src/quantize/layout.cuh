@@ -157,10 +157,12 @@ struct BwdWorkspaceLayout {
   size_t status = 0;  // guard::DeviceError of the last backward (guard.h)
   size_t dq_acc = 0;  // fp32 [T,Hq,D]: the fused dQ's sums (dq_accumulator only; last, so that
                       // the offsets before it do not depend on it)
+  size_t ds = 0;      // the stored dS (stored_ds bytes, FLAMIA_BWD_DQ=hbm only; after dq_acc,
+                      // which the two modes never both use)
   size_t bytes = 0;
 
   static BwdWorkspaceLayout make(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
-                                 flamia_recipe recipe, bool dq_accumulator = false) {
+                                 flamia_recipe recipe, bool dq_accumulator = false, size_t stored_ds = 0) {
     BwdWorkspaceLayout l;
     const size_t T = size_t(total_tokens), D = size_t(head_dim);
     l.tpad = padded_tokens(total_tokens, num_docs);
@@ -176,6 +178,7 @@ struct BwdWorkspaceLayout {
     }
     l.status = b.add(sizeof(guard::DeviceError));
     if (dq_accumulator) l.dq_acc = b.add(T * hq * D * sizeof(float));
+    if (stored_ds > 0) l.ds = b.add(stored_ds);
     l.bytes = b.size();
     return l;
   }

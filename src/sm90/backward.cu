@@ -20,11 +20,11 @@
 //      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
 //    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
-//    Two measurement modes (FLAMIA_BWD_DQ): `fused` (fp8_mixed, D = 128) forms dQ inside the
-//    dK/dV pass by FP32 reductions (no dQ kernel; not deterministic); `hbm` has the dK/dV
-//    pass store dQ's operand of every tile pair (fp8_mixed's bf16(dS), fp8's codes and rho)
-//    and replaces this kernel by a GEMM over it (dq_stored_kernel; the same bits, a buffer
-//    of 2 or 1.06 bytes a score).
+//    Two options (FLAMIA_BWD_DQ): `fused` (fp8_mixed, D = 128) forms dQ inside the dK/dV
+//    pass by FP32 reductions (no dQ kernel; not deterministic); `hbm` has the dK/dV pass
+//    store dQ's operand of every tile pair (fp8_mixed's bf16(dS), fp8's codes and rho) and
+//    replaces this kernel by a GEMM over it (dq_stored_kernel; the same bits, 2 or 1.06
+//    bytes a score of workspace, in slabs of heads: stored_ds_plan).
 // Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the
 // products reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major
 // core matrices), zero past the document end. The other side streams through a ring of
@@ -50,7 +50,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "common/tiles.h"
 #include "quantize/quantize.cuh"
@@ -519,8 +518,8 @@ __global__ void __launch_bounds__(1024) ds_doc_bases(const int32_t* __restrict__
 struct StoredDs {
   uint32_t chunk;  // this warpgroup's chunk of the dS buffer (shared address)
   uint8_t* tile;   // its tile in global memory
-  // The previous computed step's chunk and tile, still to be written out (tile null: none),
-  // which the step writes while its Sᵀ and dPᵀ products run (write_stored_ds).
+  // fp8: the previous computed step's chunk and tile, whose row pass is still to come (tile
+  // null: none), which the step makes while its Sᵀ and dPᵀ products run.
   uint32_t pending_chunk;
   uint8_t* pending_tile;
 };
@@ -542,28 +541,25 @@ __device__ __forceinline__ void store_ds_transposed(uint32_t chunk, const uint32
   }
 }
 
-// fp8_mixed's stored dS in two halves. store_ds_tile puts this warpgroup's operand into its
-// chunk; the barrier makes the four warps' parts visible to each other. copy_ds_tile, in the
-// warpgroup's next computed step (while its Sᵀ and dPᵀ products run) or after the last,
-// moves the chunk to global memory, 16 bytes a thread per instruction (a warp writes 512
-// contiguous bytes), streaming stores: the dQ GEMM reads it only after the whole pass. The
-// chunks alternate with every computed step, so a chunk is read before the barrier of the
-// step that copies it and written again only after that barrier.
+// fp8_mixed's stored dS: this warpgroup's operand into its chunk, made visible to the async
+// proxy, the warpgroup's barrier, then one bulk copy of the 8 KB chunk to global memory by the
+// warpgroup's first thread (no per-thread loads or stores). The chunks alternate with every
+// computed step; before the barrier that thread waits until its previous copy (the other
+// chunk's, a step old) has read shared memory, so that no thread writes that chunk again
+// (next step) while it is read. finish_ds_copies, after the last step, lets the copies end.
 __device__ __forceinline__ void store_ds_tile(const StoredDs& sd, const uint32_t (&a)[4][4]) {
   store_ds_transposed(sd.chunk, a);
+  wgmma::fence_proxy_async();
+  const bool first = tile_tid() == 0;
+  if (first) tma::wait_bulk_read<0>();
   warpgroup::bar_sync(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads);
-}
-__device__ __forceinline__ void copy_ds_tile(uint32_t chunk, uint8_t* tile) {
-  const int t = tile_tid();
-#pragma unroll
-  for (int k = 0; k < kDsTileBytes / (16 * warpgroup::kThreads); ++k) {
-    const int off = 16 * (t + k * warpgroup::kThreads);
-    int4 v;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(chunk + uint32_t(off)));
-    __stcs(reinterpret_cast<int4*>(tile + off), v);
+  if (first) {
+    tma::store_bulk(sd.tile, sd.chunk, kDsTileBytes);
+    tma::commit_bulk();
   }
+}
+__device__ __forceinline__ void finish_ds_copies() {
+  if (tile_tid() == 0) tma::wait_bulk<0>();
 }
 
 // fp8's stored dS, once the warpgroup's x = dS sk (FP32, masked pairs 0) of the step is in
@@ -608,15 +604,6 @@ __device__ __forceinline__ void store_fp8_ds_rows(uint32_t staging, uint8_t* til
   if (half == 0) __stcs(reinterpret_cast<float*>(tile + kDsCodesBytes) + i, rho);
 }
 
-// The previous computed step's stored dS from its chunk to global memory: fp8_mixed's image
-// as it is, fp8's staged x as codes and rho.
-template <int D, bool kMixed>
-__device__ __forceinline__ void write_stored_ds(uint32_t chunk, uint8_t* tile) {
-  if constexpr (kMixed)
-    copy_ds_tile(chunk, tile);
-  else
-    store_fp8_ds_rows(chunk, tile, DkdvSmem<D, kMixed, false, true>::kStagingRowFloats);
-}
 
 // After both warpgroups stored their dS (each fenced its stores for the async proxy): this
 // warpgroup's dQ partial, dq = dS · K[:, its D/2 columns], issued as one committed group.
@@ -708,8 +695,9 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   wgmma::fence();
   issue_scores<D, true>(s, kb + S::kK, st + S::kQ);    // Sᵀ = K Qᵀ
   issue_row_dots<D, true>(dp, kb + S::kV, st + S::kDo);  // dPᵀ = V dOᵀ
-  if constexpr (kStoreDs) {
-    if (sd.pending_tile != nullptr) write_stored_ds<D, kMixed>(sd.pending_chunk, sd.pending_tile);
+  if constexpr (kStoreDs && !kMixed) {
+    if (sd.pending_tile != nullptr)
+      store_fp8_ds_rows(sd.pending_chunk, sd.pending_tile, DkdvSmem<D, kMixed, false, true>::kStagingRowFloats);
   }
   // fp8: dV's operand scale while the MMAs run: P <= 1, so the tile's largest sdo bounds
   // every P · sdo, and sigma = pow2_scale(that) serves every key (ALGORITHM.md §3). A quad's
@@ -772,8 +760,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       wgmma::pin(pv.a);
       reduce_fused_dq<D>(fz, dq);
     } else {
-      // The stored dS goes to shared memory while dK's product runs (its reads of ds.a change
-      // nothing); the next computed step copies it out.
+      // The stored dS leaves while dK's product runs (its reads of ds.a change nothing).
       if constexpr (kStoreDs) store_ds_tile(sd, ds.a);
       chained_product_done<D, 0>(dk, ds);
       wgmma::pin(dv);
@@ -831,7 +818,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     }
     if constexpr (kStoreDs) {
       // Every thread's x is in the chunk for the next computed step's row pass
-      // (write_stored_ds); the chunks alternate, so the previous chunk's row pass, made
+      // (store_fp8_ds_rows); the chunks alternate, so the previous chunk's row pass, made
       // before this barrier, is also ordered before that chunk is written again.
       warpgroup::bar_sync_after(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads, staged);
     }
@@ -952,7 +939,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   int stored = 0;  // steps this warpgroup has computed: the stored dS's buffer parity
   [[maybe_unused]] StoredDsRun<kMixed> run;
   if constexpr (kStoreDs) run = StoredDsRun<kMixed>(a, dt);
-  [[maybe_unused]] uint32_t pending_chunk = 0;  // the last computed step's dS, not yet written out
+  [[maybe_unused]] uint32_t pending_chunk = 0;  // fp8: the last computed step's dS, not yet written out
   [[maybe_unused]] uint8_t* pending_tile = nullptr;
   for (int step = 0; step < steps; ++step) {
     const QueryTile next = next_tile(cur);
@@ -977,10 +964,12 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
         sd.chunk = kMixed ? base + S::kDs + (stored & 1) * S::kDsBuffer + wg * S::kDsChunk
                           : base + S::kDs + ((stored & 1) * kDkdvWarpgroups + wg) * S::kStagingChunk;
         sd.tile = run.tile(cur.h, m, nw);
-        sd.pending_chunk = pending_chunk;
-        sd.pending_tile = pending_tile;
-        pending_chunk = sd.chunk;
-        pending_tile = sd.tile;
+        if constexpr (!kMixed) {
+          sd.pending_chunk = pending_chunk;
+          sd.pending_tile = pending_tile;
+          pending_chunk = sd.chunk;
+          pending_tile = sd.tile;
+        }
         ++stored;
       }
       // The fused dQ and the stored dS also carry dS's key rows past the document (dK, dV
@@ -1001,8 +990,9 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     cur = next;
   }
 
-  if constexpr (kStoreDs) {
-    if (pending_tile != nullptr) write_stored_ds<D, kMixed>(pending_chunk, pending_tile);
+  if constexpr (kStoreDs && kMixed) finish_ds_copies();
+  if constexpr (kStoreDs && !kMixed) {
+    if (pending_tile != nullptr) store_fp8_ds_rows(pending_chunk, pending_tile, S::kStagingRowFloats);
   }
   // Every key row of the document is written, also those no query sees (zeros).
   const int64_t out_off = dt.tok0 * kv_row + hk * D;
@@ -1478,48 +1468,49 @@ bool backward_dq_fused(flamia_recipe recipe, int head_dim) {
   return recipe == FLAMIA_RECIPE_FP8_MIXED && head_dim == 128 && v != nullptr && std::strcmp(v, "fused") == 0;
 }
 
-namespace {
-
-// FLAMIA_BWD_DQ=hbm: the stored dS (dq_stored_kernel), either recipe.
 bool backward_dq_stored() {
   const char* v = std::getenv("FLAMIA_BWD_DQ");
   return v != nullptr && std::strcmp(v, "hbm") == 0;
 }
 
-// The stored dS's buffer: the documents' bases and a slab's runs (FLAMIA_BWD_DS_MIB bounds
-// it; 0.54 GB a head at fixed-16k), outside the workspace while this is a measurement
-// mode: held by the process and grown when a call needs more (growing frees the old
-// buffer, which synchronizes the device). One buffer per process: a call on another
-// device replaces it, and calls on streams that run at the same time must not use the mode.
-std::mutex g_ds_mutex;
-struct DsBuffer {
-  int device = -1;
-  void* ptr = nullptr;
-  size_t bytes = 0;
-} g_ds;
-
-cudaError_t stored_ds_buffer(size_t bytes, uint8_t** out) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  std::lock_guard<std::mutex> lock(g_ds_mutex);
-  if (g_ds.device != device || g_ds.bytes < bytes) {
-    if (g_ds.ptr != nullptr) {
-      int current = device;
-      if ((err = cudaSetDevice(g_ds.device)) == cudaSuccess) err = cudaFree(g_ds.ptr);
-      cudaSetDevice(current);
-      if (err != cudaSuccess) return err;
-      g_ds = DsBuffer{};
-    }
-    if ((err = cudaMalloc(&g_ds.ptr, bytes)) != cudaSuccess) return err;
-    g_ds.device = device;
-    g_ds.bytes = bytes;
-  }
-  *out = static_cast<uint8_t*>(g_ds.ptr);
-  return cudaSuccess;
+StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
+                            flamia_recipe recipe, int max_seqlen, bool causal) {
+  StoredDsPlan plan;
+  if (!backward_dq_stored() || total_tokens <= 0 || hkv <= 0 || hq % hkv != 0 || (head_dim != 64 && head_dim != 128))
+    return plan;
+  // A head's run, bounded from T, B and max_seqlen: at most N = ceil(T / 64) + B query tiles
+  // over all documents, each document at most M = ceil(max_seqlen / 64) tiles, so
+  // sum nt (nt + 1) / 2 <= N (M + 1) / 2 (causal) and sum nt^2 <= N M.
+  const int64_t tiles = (total_tokens + kTileTokens - 1) / kTileTokens;
+  const int64_t n = tiles + num_docs;
+  const int64_t m = std::min<int64_t>(std::max<int64_t>(1, (int64_t(max_seqlen) + kTileTokens - 1) / kTileTokens), tiles);
+  plan.head_tiles = causal ? (n * (m + 1) + 1) / 2 : n * m;
+  const int group = hq / hkv;
+  const bool mixed = recipe == FLAMIA_RECIPE_FP8_MIXED;
+  const size_t tile_bytes = mixed ? kStoredTileBytes<true> : kStoredTileBytes<false>;
+  // Sizes no allocation could hold (T near 2^31 tokens) would overflow below: the default pass.
+  if (size_t(plan.head_tiles) > (size_t(1) << 48) / (tile_bytes * size_t(hq))) return StoredDsPlan{};
+  const size_t head_bytes = size_t(plan.head_tiles) * tile_bytes;
+  // As many kv heads (with their query heads) as FLAMIA_BWD_DS_MIB allows, at least one;
+  // then spread evenly over the slabs, so that the last is not a sliver.
+  const char* mib_env = std::getenv("FLAMIA_BWD_DS_MIB");
+  const long long mib = mib_env != nullptr ? std::atoll(mib_env) : 0;
+  const size_t budget = size_t(mib > 0 ? mib : 4096) << 20;
+  const int most = int(std::max<size_t>(1, std::min<size_t>(size_t(hkv), budget / (head_bytes * group))));
+  const int slabs = (hkv + most - 1) / most;
+  plan.slab = (hkv + slabs - 1) / slabs;
+  plan.base_bytes = quant::round_up(num_docs * int64_t(sizeof(int64_t)), 256);
+  plan.bytes = plan.base_bytes + size_t(plan.slab) * group * head_bytes;
+  return plan;
 }
 
-}  // namespace
+size_t backward_workspace_bytes_for(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
+                                    flamia_recipe recipe, int max_seqlen, bool causal) {
+  const StoredDsPlan plan = stored_ds_plan(total_tokens, num_docs, hq, hkv, head_dim, recipe, max_seqlen, causal);
+  return quant::BwdWorkspaceLayout::make(total_tokens, num_docs, hq, hkv, head_dim, recipe,
+                                         backward_dq_fused(recipe, head_dim), plan.bytes)
+      .bytes;
+}
 
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
                      const void* out, const float* lse, const void* qkv8, void* workspace,
@@ -1536,9 +1527,11 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   // The fused dQ: selected, and no q_start (its rows before q_start would be written).
   const bool fused_selected = backward_dq_fused(p.recipe, p.head_dim);
   const bool fused = fused_selected && p.q_start == nullptr;
-  const bool stored = backward_dq_stored();
+  const StoredDsPlan plan =
+      stored_ds_plan(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, p.max_seqlen, p.causal);
+  const bool stored = plan.slab > 0;
   const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
-                                                         p.recipe, fused_selected);
+                                                         p.recipe, fused_selected, plan.bytes);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const uint8_t* base = static_cast<const uint8_t*>(qkv8);
 
@@ -1580,28 +1573,10 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   int64_t* ds_doc_base = nullptr;
   int ds_slab = 0;
   if (stored) {
-    // A head's run, bounded from T, B and max_seqlen: at most N = ceil(T / 64) + B query
-    // tiles over all documents, each document at most M = ceil(max_seqlen / 64) tiles, so
-    // sum nt (nt + 1) / 2 <= N (M + 1) / 2 (causal) and sum nt^2 <= N M.
-    const int64_t n = (T + kTileTokens - 1) / kTileTokens + p.num_docs;
-    const int64_t m = std::min<int64_t>(std::max<int64_t>(1, (int64_t(p.max_seqlen) + kTileTokens - 1) / kTileTokens),
-                                        (T + kTileTokens - 1) / kTileTokens);
-    a.ds_head_tiles = p.causal ? (n * (m + 1) + 1) / 2 : n * m;
-    const int group = p.hq / p.hkv;
-    const size_t head_bytes = size_t(a.ds_head_tiles) * (mixed ? kStoredTileBytes<true> : kStoredTileBytes<false>);
-    // The slab: as many kv heads (with their query heads) as FLAMIA_BWD_DS_MIB allows
-    // (default 4096), at least one; then spread evenly over the slabs.
-    const char* mib_env = std::getenv("FLAMIA_BWD_DS_MIB");
-    const size_t budget = size_t(mib_env != nullptr && std::atoll(mib_env) > 0 ? std::atoll(mib_env) : 4096) << 20;
-    const int most = int(std::max<size_t>(1, std::min<size_t>(size_t(p.hkv), budget / (head_bytes * group))));
-    const int slabs = (p.hkv + most - 1) / most;
-    ds_slab = (p.hkv + slabs - 1) / slabs;
-    const size_t base_bytes = quant::round_up(int64_t(p.num_docs) * int64_t(sizeof(int64_t)), 256);
-    uint8_t* buffer = nullptr;
-    if ((err = stored_ds_buffer(base_bytes + size_t(ds_slab) * group * head_bytes, &buffer)) != cudaSuccess)
-      return failed("the stored dS's buffer", err);
-    ds_doc_base = reinterpret_cast<int64_t*>(buffer);
-    a.ds = buffer + base_bytes;
+    ds_doc_base = reinterpret_cast<int64_t*>(ws + ws_layout.ds);
+    a.ds = ws + ws_layout.ds + plan.base_bytes;
+    a.ds_head_tiles = plan.head_tiles;
+    ds_slab = plan.slab;
   }
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);

@@ -46,6 +46,10 @@ size_t qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int h
                   flamia_recipe recipe, bool for_backward);
 size_t backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv,
                                 int head_dim, flamia_recipe recipe);
+// The workspace of a backward call: backward_workspace_bytes, plus with FLAMIA_BWD_DQ=hbm the
+// stored dS's part (stored_ds_plan), which depends on max_seqlen and causal.
+size_t backward_workspace_bytes_for(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
+                                    flamia_recipe recipe, int max_seqlen, bool causal);
 
 // Fused quantizer: q, k, v -> every FP8 layout the kernels read, plus per-token scales.
 cudaError_t quantize_qkv(const Params& p, void* qkv8, bool for_backward);
@@ -60,6 +64,19 @@ const char* backward_failed_step();
 // fp8_mixed at D = 128, calls without q_start): one pass fewer, dQ not deterministic, its
 // FP32 accumulator in the workspace. Default: the deterministic dQ pass.
 bool backward_dq_fused(flamia_recipe recipe, int head_dim);
+// Whether the dK/dV pass stores dQ's operand of every tile pair and a GEMM over it forms dQ
+// (environment FLAMIA_BWD_DQ=hbm; either recipe and head dim): the same bits as the default,
+// the stored tiles in the workspace, in slabs of kv heads of at most FLAMIA_BWD_DS_MIB MiB
+// (default 4096; at least one kv head).
+bool backward_dq_stored();
+struct StoredDsPlan {
+  int64_t head_tiles = 0;  // tiles a query head's run holds (a bound over every document)
+  int slab = 0;            // kv heads a slab (0: the mode is off)
+  size_t base_bytes = 0;   // the documents' first tiles (int64 each), before the runs
+  size_t bytes = 0;        // the workspace part: base_bytes + one slab's runs
+};
+StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
+                            flamia_recipe recipe, int max_seqlen, bool causal);
 // dout, out: bf16 [T, Hq, D] with the given token/head strides; dq dense [T, Hq, D];
 // dk, dv dense [T, Hkv, D].
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,

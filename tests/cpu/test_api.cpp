@@ -587,6 +587,48 @@ TEST(Api, BufferSizesRejectInvalidArguments) {
 #endif
 }
 
+#if defined(FLAMIA_WITH_CUDA)
+// The workspace of one call: the plain query's without options; with FLAMIA_BWD_DQ=hbm also
+// the stored dS — query head runs bounded from T, B and max_seqlen, one slab of kv heads
+// under FLAMIA_BWD_DS_MIB (at least one), the documents' bases — host arithmetic, no GPU.
+TEST(Api, WorkspaceForTheCallSizesTheStoredDs) {
+  unsetenv("FLAMIA_BWD_DQ");
+  unsetenv("FLAMIA_BWD_DS_MIB");
+  HostCall c({500, 300, 200}, 8, 2, 128, true, FLAMIA_RECIPE_FP8_MIXED);
+  flamia_attention_args a = c.args;
+  for (flamia_tensor* t : {&a.q, &a.k, &a.v, &a.cu_seqlens}) t->device = 0;
+  a.q.data = a.k.data = a.v.data = nullptr;  // as flamia_backward, the device call needs no q, k, v data
+  ASSERT_EQ(a.max_seqlen, 500);
+  const size_t mixed = flamia_backward_workspace_bytes(1000, 3, 8, 2, 128, FLAMIA_RECIPE_FP8_MIXED);
+  const size_t fp8 = flamia_backward_workspace_bytes(1000, 3, 8, 2, 128, FLAMIA_RECIPE_FP8);
+  ASSERT_GT(mixed, 0u);
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), mixed) << flamia_last_error();
+  // At most 16 + 3 query tiles over the documents, 8 in one: (19 * 9 + 1) / 2 = 86 causal
+  // tiles a query head, 19 * 8 = 152 not causal; 8 KB a tile (fp8: 4 KB of codes + 256 B).
+  setenv("FLAMIA_BWD_DQ", "hbm", 1);
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), mixed + 256 + size_t(2 * 4) * 86 * 8192)
+      << "both kv heads (4 query heads each) in one slab of the default 4 GB";
+  setenv("FLAMIA_BWD_DS_MIB", "1", 1);
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), mixed + 256 + size_t(4) * 86 * 8192)
+      << "a budget below one kv head: one a slab";
+  a.causal = 0;
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), mixed + 256 + size_t(4) * 152 * 8192);
+  a.recipe = FLAMIA_RECIPE_FP8;
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), fp8 + 256 + size_t(4) * 152 * (4096 + 256));
+  unsetenv("FLAMIA_BWD_DS_MIB");
+  unsetenv("FLAMIA_BWD_DQ");
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), fp8);
+  // Host calls need no workspace; invalid arguments give 0 and name what is wrong.
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&c.args), 0u);
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(nullptr), 0u);
+  EXPECT_NE(std::string(flamia_last_error()).find("args"), std::string::npos) << flamia_last_error();
+  a.q.shape[1] = 3;
+  a.q.strides[0] = 3 * 128;
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), 0u);
+  EXPECT_NE(std::string(flamia_last_error()).find("not a multiple"), std::string::npos) << flamia_last_error();
+}
+#endif
+
 TEST(Api, LastErrorIsPerThreadAndKeptAfterSuccess) {
   HostCall bad({10}, 1, 1, 64, true);
   bad.args.recipe = flamia_recipe(9);

@@ -165,16 +165,20 @@ GpuRunner::GpuRunner(const Case& c) : c_(c) {
   dk_ = DeviceBuffer(T * c.hkv * c.d * 2);
   dv_ = DeviceBuffer(T * c.hkv * c.d * 2);
   const size_t qb = flamia_qkv8_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe, 1);
-  const size_t wb = flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe);
   if (qb == 0) throw std::runtime_error("flamia_qkv8_bytes returned 0 for " + c.describe());
   qkv8_ = DeviceBuffer(qb);
-  ws_ = DeviceBuffer(wb);
   check_cuda(cudaMemcpy(cu_.get(), c.cu.data(), c.cu.size() * 4, cudaMemcpyHostToDevice), "upload cu");
   if (!c.q_start.empty()) {
     q_start_ = DeviceBuffer(c.q_start.size() * 4);
     check_cuda(cudaMemcpy(q_start_.get(), c.q_start.data(), c.q_start.size() * 4, cudaMemcpyHostToDevice),
                "upload q_start");
   }
+  // Sized for the call (the options read at run time included, FLAMIA_BWD_DQ=hbm's stored dS);
+  // a case whose arguments are invalid on purpose gets the size without them (0 here).
+  const flamia_attention_args a = args();
+  size_t wb = flamia_backward_workspace_bytes_for(&a);
+  if (wb == 0) wb = flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe);
+  ws_ = DeviceBuffer(wb);
 }
 
 GpuRunner::~GpuRunner() {

@@ -68,7 +68,10 @@ const Hostile kIssueInputs[] = {
 class HostileSmall : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_EQ(flamia_check_errors(-1), FLAMIA_SUCCESS) << flamia_last_error(); }
-  void TearDown() override { unsetenv("FLAMIA_CHECK"); }
+  void TearDown() override {
+    unsetenv("FLAMIA_CHECK");
+    unsetenv("FLAMIA_BWD_DQ");
+  }
 
   static void set_cu(GpuRunner& r, const std::vector<int32_t>& cu) {
     check_cuda(cudaMemcpyAsync(r.args().cu_seqlens.data, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice,
@@ -142,6 +145,32 @@ TEST_F(HostileSmall, IssueInputsDefaultModeGiveNaNAndARecordedError) {
       EXPECT_TRUE(all_nan(b.dq) && all_nan(b.dk) && all_nan(b.dv)) << "dQ / dK / dV not all NaN";
       expect_recorded(h.message);
     }
+  expect_usable();
+}
+
+// The same inputs with the stored dS (FLAMIA_BWD_DQ=hbm: the workspace sized for it, the
+// tiles addressed from the device's documents), both recipes: NaN and the recorded fault,
+// nothing written outside the buffers (memcheck).
+TEST_F(HostileSmall, IssueInputsWithTheStoredDsGiveNaNAndARecordedError) {
+  ScopedCheck check(false);
+  setenv("FLAMIA_BWD_DQ", "hbm", 1);
+  for (const flamia_recipe recipe : {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED})
+    for (const Hostile& h : kIssueInputs) {
+      SCOPED_TRACE(testing::Message() << "cu_seqlens " << ::testing::PrintToString(h.cu) << " recipe " << recipe);
+      Case c = issue_case(int(h.cu.size()) - 1);
+      c.recipe = recipe;
+      GpuRunner r(c);
+      r.upload(make_inputs(c, 1));
+      set_cu(r, h.cu);
+      zero_outputs(r);
+      std::string msg;
+      for (flamia_status s : step(r, false, &msg)) EXPECT_EQ(s, FLAMIA_SUCCESS) << msg;
+      BwdResult b;
+      r.download_bwd(&b);
+      EXPECT_TRUE(all_nan(b.dq) && all_nan(b.dk) && all_nan(b.dv)) << "dQ / dK / dV not all NaN";
+      expect_recorded(h.message);
+    }
+  unsetenv("FLAMIA_BWD_DQ");
   expect_usable();
 }
 

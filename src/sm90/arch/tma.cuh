@@ -50,6 +50,26 @@ __device__ __forceinline__ void load_bulk(uint32_t dst, const void* src, uint32_
       : "memory");
 }
 
+// A contiguous block of shared memory to global memory, in the issuing thread's bulk groups:
+// commit_bulk closes a group, wait_bulk_read<N> waits until at most N of its groups still
+// read shared memory (their sources may then be written again), wait_bulk<N> until at most N
+// have not completed their writes. bytes a multiple of 16, both addresses 16-byte aligned;
+// shared-memory writes of other threads reach the copy only through fence.proxy.async and a
+// barrier. PTX ISA "cp.async.bulk", "cp.async.bulk.wait_group".
+__device__ __forceinline__ void store_bulk(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void commit_bulk() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wait_bulk_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void wait_bulk() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 }  // namespace tma
 }  // namespace sm90
 }  // namespace flamia
