@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# One of the backward's dQ options (FLAMIA_BWD_DQ=fused or hbm) on a GPU machine, in one
-# call: build, the option's tests, memcheck / racecheck / synccheck on two of them, the timing
-# of the default and the option alternated (tools/env_ab.sh), each kernel of a step alone with
+# One of the backward's dQ options (FLAMIA_BWD_DQ=fused, hbm or auto, the default) on a GPU
+# machine, in one call: build, the option's tests, memcheck / racecheck / synccheck on some of
+# them, the timing of the recomputing dQ pass and the option alternated (tools/env_ab.sh;
+# EXTRA: more NAME=VAR=value settings, e.g. ds1g=FLAMIA_BWD_DS_MIB=1024), each kernel of a step alone with
 # the option (tools/step_kernels.sh), ncu on the option's kernels (STALLS=1: where they wait,
 # per SASS instruction) and the whole GPU suite. Logs under ${OUT:-./out} (few files: a device
 # call returns at most eight).
-#   bash tools/dq_mode_check.sh fused|hbm
+#   bash tools/dq_mode_check.sh fused|hbm|auto
 # Environment: BUILD_DIR (default build-gpu), WORKLOADS (env_ab's), RECIPES (default: fused
-# fp8_mixed, hbm fp8,fp8_mixed), ROUNDS (3), PROFILE (1), STALLS (0), SUITE (1).
+# and auto fp8_mixed, hbm fp8,fp8_mixed), ROUNDS (3), EXTRA (more env_ab settings), PROFILE
+# (1), STALLS (0), SUITE (1).
 set -uo pipefail
 MODE=${1:-}
 case "$MODE" in
@@ -15,7 +17,9 @@ case "$MODE" in
          KERNELS=dkdv_kernel; RECIPES=${RECIPES:-fp8_mixed} ;;
   hbm) TESTS='*StoredDq*'; SANITIZE='Gpu/StoredDq.*/fp8_mixed_d128_gqa1_causal_short:StoredDqSlabs.*'
        KERNELS="dkdv_kernel dq_stored_kernel"; RECIPES=${RECIPES:-fp8,fp8_mixed} ;;
-  *) echo "usage: $0 fused|hbm"; exit 2 ;;
+  auto) TESTS='*StoredDq*:*FusedDq*:Hostile*'; SANITIZE='StoredDqDefault.*:Gpu/StoredDq.*/fp8_mixed_d128_gqa4_causal_short'
+        KERNELS="dkdv_kernel dq_stored_kernel"; RECIPES=${RECIPES:-fp8_mixed} ;;
+  *) echo "usage: $0 fused|hbm|auto"; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -46,9 +50,9 @@ if [ -x "$SANITIZER" ]; then
   done
 fi
 
-echo "==== timing: the default dQ vs $MODE ($RECIPES)"
+echo "==== timing: the recomputing dQ pass vs $MODE ($RECIPES)"
 BUILD_DIR="$BUILD" OUT="$OUT/logs/ab" RECIPES="$RECIPES" ROUNDS="${ROUNDS:-3}" \
-  bash tools/env_ab.sh det= "$MODE=FLAMIA_BWD_DQ=$MODE"
+  bash tools/env_ab.sh recompute=FLAMIA_BWD_DQ=recompute "$MODE=FLAMIA_BWD_DQ=$MODE" ${EXTRA:-}
 cp "$OUT/logs/ab/env_ab_runs.json" "$OUT/env_ab_runs.json" 2>/dev/null
 
 echo "==== each kernel alone, fixed-16k, $MODE"
@@ -61,7 +65,7 @@ if [ "${PROFILE:-1}" = 1 ]; then
     BUILD_DIR="$BUILD" OUT="$OUT/logs/prof_${MODE}_$r" RECIPE=$r KERNELS="$KERNELS" FLAMIA_BWD_DQ=$MODE \
       STALLS="${STALLS:-0}" timeout 200 bash tools/backward_profile.sh 2>&1 |
       grep -E '^==== ncu|Duration|Registers Per|Issued Warp Per Scheduler  |per score|Stall (Long|Wait|Barrier|Math|Short)|Memory Throughput|^  [A-Z0-9]+ +[0-9.]+ %'
-    BUILD_DIR="$BUILD" OUT="$OUT/logs/prof_det_$r" RECIPE=$r KERNELS="dkdv_kernel dq_kernel" STALLS="${STALLS:-0}" \
+    BUILD_DIR="$BUILD" OUT="$OUT/logs/prof_det_$r" RECIPE=$r KERNELS="dkdv_kernel dq_kernel" STALLS="${STALLS:-0}" FLAMIA_BWD_DQ=recompute \
       timeout 200 bash tools/backward_profile.sh 2>&1 |
       grep -E '^==== ncu|Duration|Issued Warp Per Scheduler  |per score|^  [A-Z0-9]+ +[0-9.]+ %'
   done

@@ -121,17 +121,22 @@ size_t flamia_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int
                          flamia_recipe recipe, int32_t for_backward);
 
 /* Bytes of scratch the backward needs (quantized dO and its transpose, D = rowsum(dO*O); with
- * recipe fp8 also the transposed FP8 q and k, which qkv8 does not keep). Not enough for
- * FLAMIA_BWD_DQ=hbm: flamia_backward_workspace_bytes_for sizes every option. */
+ * recipe fp8 also the transposed FP8 q and k, which qkv8 does not keep). Enough for every
+ * call, but without room for the stored dS that makes fp8_mixed's backward at head dim 128
+ * faster (then it recomputes dS for dQ): flamia_backward_workspace_bytes_for sizes that.
+ * Not enough with FLAMIA_BWD_DQ=hbm, which requires the stored dS. */
 size_t flamia_backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv,
                                        int32_t head_dim, flamia_recipe recipe);
 
-/* Bytes of scratch a backward call with these arguments needs: flamia_backward_workspace_bytes,
- * plus with FLAMIA_BWD_DQ=hbm the stored dS (2 bytes per score with fp8_mixed, ~1.06 with
- * fp8, in slabs of kv heads of at most FLAMIA_BWD_DS_MIB MiB, default 4096, at least
- * one kv head), which depends on max_seqlen and causal. Validates args as flamia_backward
- * does; 0 for host calls (no workspace), for invalid args (flamia_last_error() says why) and
- * in a build without CUDA. */
+/* Bytes of scratch for the fastest backward of a call with these arguments:
+ * flamia_backward_workspace_bytes plus, where the stored dS is on (fp8_mixed at head dim 128
+ * by default; every call with FLAMIA_BWD_DQ=hbm; none with FLAMIA_BWD_DQ=recompute), room
+ * for dQ's operand of every tile pair: 2 bytes per score with fp8_mixed, ~1.06 with fp8, in
+ * slabs of kv heads of at most FLAMIA_BWD_DS_MIB MiB (default 4096, at least one kv head),
+ * bounded from max_seqlen and causal. The backward uses the stored dS when the workspace it
+ * is given is at least this size; the gradients are bitwise the same either way. Validates
+ * args as flamia_backward does; 0 for host calls (no workspace), for invalid args
+ * (flamia_last_error() says why) and in a build without CUDA. */
 size_t flamia_backward_workspace_bytes_for(const flamia_attention_args* args);
 
 /* Quantize q, k, v into qkv8 (one fused pass). Lets a caller quantize once and reuse.

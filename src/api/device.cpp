@@ -8,6 +8,7 @@
 
 #if defined(FLAMIA_WITH_CUDA)
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -247,10 +248,18 @@ Status device_backward(const Problem& p, const flamia_attention_args& a, const f
                        const flamia_tensor& dk, const flamia_tensor& dv) {
   FLAMIA_TRY(validate_buffer("qkv8", "qkv8_bytes", qkv8, qkv8_bytes, qkv8_need(p, true),
                              "flamia_qkv8_bytes(..., for_backward = 1)"));
-  const size_t ws_need = device_workspace_bytes_for(p);
+  if (!sm90::backward_dq_option_valid())
+    return Status::invalid(std::string("FLAMIA_BWD_DQ: '") + std::getenv("FLAMIA_BWD_DQ") +
+                           "' is not one of auto (the default), recompute, hbm, fused");
+  // The stored dS (fp8_mixed at D = 128 by default) runs where the workspace holds it, so the
+  // plain size suffices unless FLAMIA_BWD_DQ=hbm demands it.
+  const bool stored_required = sm90::backward_dq_stored_required();
+  const size_t ws_need = stored_required ? device_workspace_bytes_for(p)
+                                         : device_workspace_bytes(p.total_tokens, p.num_docs, p.hq, p.hkv,
+                                                                  p.head_dim, p.recipe);
   FLAMIA_TRY(validate_buffer("workspace", "workspace_bytes", workspace, workspace_bytes, ws_need,
-                             sm90::backward_dq_stored() ? "flamia_backward_workspace_bytes_for(args) (FLAMIA_BWD_DQ=hbm)"
-                                                        : "flamia_backward_workspace_bytes"));
+                             stored_required ? "flamia_backward_workspace_bytes_for(args) (FLAMIA_BWD_DQ=hbm)"
+                                             : "flamia_backward_workspace_bytes"));
   // sm90::backward reads out with dout's strides (sm90.h), and out is dense.
   if (effective_stride(dout, 0) != int64_t(p.hq) * p.head_dim || effective_stride(dout, 1) != p.head_dim)
     return Status::unsupported("dout: a strided dout is not supported on the device yet (the kernels read dout "
@@ -268,8 +277,8 @@ Status device_backward(const Problem& p, const flamia_attention_args& a, const f
   mark_used(p.device);
   const sm90::Params params = make_params(p, a);
   const cudaError_t bwd = sm90::backward(params, dout.data, effective_stride(dout, 0), effective_stride(dout, 1),
-                                         out.data, static_cast<const float*>(lse.data), qkv8, workspace, dq.data,
-                                         dk.data, dv.data);
+                                         out.data, static_cast<const float*>(lse.data), qkv8, workspace,
+                                         workspace_bytes, dq.data, dk.data, dv.data);
   FLAMIA_TRY(cuda_status(bwd, (std::string("backward (") + sm90::backward_failed_step() + ")").c_str()));
   return cuda_status(sm90::poison_backward(params, workspace, dq.data, dk.data, dv.data), "poison_backward");
 }

@@ -20,11 +20,12 @@
 //      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
 //    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
 //    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
-//    Two options (FLAMIA_BWD_DQ): `fused` (fp8_mixed, D = 128) forms dQ inside the dK/dV
-//    pass by FP32 reductions (no dQ kernel; not deterministic); `hbm` has the dK/dV pass
-//    store dQ's operand of every tile pair (fp8_mixed's bf16(dS), fp8's codes and rho) and
-//    replaces this kernel by a GEMM over it (dq_stored_kernel; the same bits, 2 or 1.06
-//    bytes a score of workspace, in slabs of heads: stored_ds_plan).
+//    The stored dS (fp8_mixed at D = 128 by default, when the workspace holds it; every call
+//    with FLAMIA_BWD_DQ=hbm) has the dK/dV pass store dQ's operand of every tile pair
+//    (fp8_mixed's bf16(dS), fp8's codes and rho) and replaces this kernel by a GEMM over it
+//    (dq_stored_kernel; the same bits, 2 or 1.06 bytes a score of workspace, in slabs of
+//    heads: stored_ds_plan). FLAMIA_BWD_DQ=fused (fp8_mixed, D = 128) forms dQ inside the
+//    dK/dV pass by FP32 reductions instead (no dQ kernel; not deterministic).
 // Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the
 // products reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major
 // core matrices), zero past the document end. The other side streams through a ring of
@@ -1461,22 +1462,37 @@ cudaError_t failed(const char* step, cudaError_t err) {
 
 const char* backward_failed_step() { return t_failed_step; }
 
-// Read at every call (a getenv is negligible next to a launch), so that the workspace size and
-// the backward agree within a process that does not change it in between.
-bool backward_dq_fused(flamia_recipe recipe, int head_dim) {
+// FLAMIA_BWD_DQ, read at every call (a getenv is negligible next to a launch), so that the
+// workspace size and the backward agree within a process that does not change it in between.
+namespace {
+bool dq_option_is(const char* name) {
   const char* v = std::getenv("FLAMIA_BWD_DQ");
-  return recipe == FLAMIA_RECIPE_FP8_MIXED && head_dim == 128 && v != nullptr && std::strcmp(v, "fused") == 0;
+  return std::strcmp(v != nullptr ? v : "", name) == 0;
+}
+}  // namespace
+
+bool backward_dq_option_valid() {
+  return dq_option_is("") || dq_option_is("auto") || dq_option_is("recompute") || dq_option_is("hbm") ||
+         dq_option_is("fused");
 }
 
-bool backward_dq_stored() {
-  const char* v = std::getenv("FLAMIA_BWD_DQ");
-  return v != nullptr && std::strcmp(v, "hbm") == 0;
+bool backward_dq_fused(flamia_recipe recipe, int head_dim) {
+  return recipe == FLAMIA_RECIPE_FP8_MIXED && head_dim == 128 && dq_option_is("fused");
 }
+
+// auto: fp8_mixed at D = 128 only, where storing measured faster than recomputing on every
+// workload (docs/PERFORMANCE.md v44-v46); fp8 and D = 64 lose (v44).
+bool backward_dq_stored(flamia_recipe recipe, int head_dim) {
+  if (dq_option_is("hbm")) return true;
+  return (dq_option_is("") || dq_option_is("auto")) && recipe == FLAMIA_RECIPE_FP8_MIXED && head_dim == 128;
+}
+
+bool backward_dq_stored_required() { return dq_option_is("hbm"); }
 
 StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                             flamia_recipe recipe, int max_seqlen, bool causal) {
   StoredDsPlan plan;
-  if (!backward_dq_stored() || total_tokens <= 0 || hkv <= 0 || hq % hkv != 0 || (head_dim != 64 && head_dim != 128))
+  if (!backward_dq_stored(recipe, head_dim) || total_tokens <= 0 || hkv <= 0 || hq % hkv != 0 || (head_dim != 64 && head_dim != 128))
     return plan;
   // A head's run, bounded from T, B and max_seqlen: at most N = ceil(T / 64) + B query tiles
   // over all documents, each document at most M = ceil(max_seqlen / 64) tiles, so
@@ -1514,7 +1530,7 @@ size_t backward_workspace_bytes_for(int64_t total_tokens, int64_t num_docs, int 
 
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
                      const void* out, const float* lse, const void* qkv8, void* workspace,
-                     void* dq, void* dk, void* dv) {
+                     size_t workspace_bytes, void* dq, void* dk, void* dv) {
   t_failed_step = "";
   if (p.total_tokens == 0) return cudaSuccess;
   if (p.head_dim != 64 && p.head_dim != 128) return failed("head_dim", cudaErrorInvalidValue);
@@ -1527,8 +1543,15 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   // The fused dQ: selected, and no q_start (its rows before q_start would be written).
   const bool fused_selected = backward_dq_fused(p.recipe, p.head_dim);
   const bool fused = fused_selected && p.q_start == nullptr;
-  const StoredDsPlan plan =
+  // The stored dS where it is on and the workspace holds it (the caller sized it with
+  // backward_workspace_bytes_for); else the dQ pass, which needs no more than
+  // backward_workspace_bytes.
+  StoredDsPlan plan =
       stored_ds_plan(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, p.max_seqlen, p.causal);
+  if (plan.slab > 0 && quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe,
+                                                       fused_selected, plan.bytes)
+                               .bytes > workspace_bytes)
+    plan = StoredDsPlan{};
   const bool stored = plan.slab > 0;
   const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
                                                          p.recipe, fused_selected, plan.bytes);

@@ -46,8 +46,8 @@ size_t qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int h
                   flamia_recipe recipe, bool for_backward);
 size_t backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv,
                                 int head_dim, flamia_recipe recipe);
-// The workspace of a backward call: backward_workspace_bytes, plus with FLAMIA_BWD_DQ=hbm the
-// stored dS's part (stored_ds_plan), which depends on max_seqlen and causal.
+// The workspace of a backward call: backward_workspace_bytes, plus the stored dS's part where
+// it is on (stored_ds_plan), which depends on max_seqlen and causal.
 size_t backward_workspace_bytes_for(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                                     flamia_recipe recipe, int max_seqlen, bool causal);
 
@@ -64,11 +64,15 @@ const char* backward_failed_step();
 // fp8_mixed at D = 128, calls without q_start): one pass fewer, dQ not deterministic, its
 // FP32 accumulator in the workspace. Default: the deterministic dQ pass.
 bool backward_dq_fused(flamia_recipe recipe, int head_dim);
-// Whether the dK/dV pass stores dQ's operand of every tile pair and a GEMM over it forms dQ
-// (environment FLAMIA_BWD_DQ=hbm; either recipe and head dim): the same bits as the default,
-// the stored tiles in the workspace, in slabs of kv heads of at most FLAMIA_BWD_DS_MIB MiB
-// (default 4096; at least one kv head).
-bool backward_dq_stored();
+// Whether the dK/dV pass stores dQ's operand of every tile pair and a GEMM over it forms dQ:
+// the same bits as the dQ pass, the stored tiles in the workspace, in slabs of kv heads of at
+// most FLAMIA_BWD_DS_MIB MiB (default 4096; at least one kv head). FLAMIA_BWD_DQ unset or
+// `auto`: fp8_mixed at D = 128, when the workspace passed holds the tiles (otherwise the dQ
+// pass); `hbm`: every call, and the workspace must hold them; `recompute`: never.
+bool backward_dq_stored(flamia_recipe recipe, int head_dim);
+bool backward_dq_stored_required();
+// Whether FLAMIA_BWD_DQ is unset or one of auto, recompute, hbm, fused.
+bool backward_dq_option_valid();
 struct StoredDsPlan {
   int64_t head_tiles = 0;  // tiles a query head's run holds (a bound over every document)
   int slab = 0;            // kv heads a slab (0: the mode is off)
@@ -81,7 +85,7 @@ StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int 
 // dk, dv dense [T, Hkv, D].
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
                      const void* out, const float* lse, const void* qkv8, void* workspace,
-                     void* dq, void* dk, void* dv);
+                     size_t workspace_bytes, void* dq, void* dk, void* dv);
 
 // ---- hostile-input guard (quantize/guard.h) ------------------------------------------
 // Block 0 of quantize_qkv (and of the backward's dO quantizer) validates cu_seqlens on the

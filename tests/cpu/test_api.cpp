@@ -588,9 +588,10 @@ TEST(Api, BufferSizesRejectInvalidArguments) {
 }
 
 #if defined(FLAMIA_WITH_CUDA)
-// The workspace of one call: the plain query's without options; with FLAMIA_BWD_DQ=hbm also
-// the stored dS — query head runs bounded from T, B and max_seqlen, one slab of kv heads
-// under FLAMIA_BWD_DS_MIB (at least one), the documents' bases — host arithmetic, no GPU.
+// The workspace of one call: the plain query's plus, where the stored dS is on (fp8_mixed at
+// D = 128 by default, every call with FLAMIA_BWD_DQ=hbm, none with recompute), its tiles —
+// query head runs bounded from T, B and max_seqlen, one slab of kv heads under
+// FLAMIA_BWD_DS_MIB (at least one), the documents' bases — host arithmetic, no GPU.
 TEST(Api, WorkspaceForTheCallSizesTheStoredDs) {
   unsetenv("FLAMIA_BWD_DQ");
   unsetenv("FLAMIA_BWD_DS_MIB");
@@ -602,12 +603,28 @@ TEST(Api, WorkspaceForTheCallSizesTheStoredDs) {
   const size_t mixed = flamia_backward_workspace_bytes(1000, 3, 8, 2, 128, FLAMIA_RECIPE_FP8_MIXED);
   const size_t fp8 = flamia_backward_workspace_bytes(1000, 3, 8, 2, 128, FLAMIA_RECIPE_FP8);
   ASSERT_GT(mixed, 0u);
-  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), mixed) << flamia_last_error();
   // At most 16 + 3 query tiles over the documents, 8 in one: (19 * 9 + 1) / 2 = 86 causal
   // tiles a query head, 19 * 8 = 152 not causal; 8 KB a tile (fp8: 4 KB of codes + 256 B).
+  const size_t both_heads = mixed + 256 + size_t(2 * 4) * 86 * 8192;
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), both_heads)
+      << "the default stores fp8_mixed's dS at D = 128: both kv heads (4 query heads each) in one slab of 4 GB; "
+      << flamia_last_error();
+  setenv("FLAMIA_BWD_DQ", "auto", 1);
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), both_heads) << "auto is the default";
+  setenv("FLAMIA_BWD_DQ", "recompute", 1);
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), mixed) << "recompute stores nothing";
+  unsetenv("FLAMIA_BWD_DQ");
+  {
+    HostCall d64({500, 300, 200}, 8, 2, 64, true, FLAMIA_RECIPE_FP8_MIXED);
+    flamia_attention_args b = d64.args;
+    for (flamia_tensor* t : {&b.q, &b.k, &b.v, &b.cu_seqlens}) t->device = 0;
+    b.q.data = b.k.data = b.v.data = nullptr;
+    EXPECT_EQ(flamia_backward_workspace_bytes_for(&b),
+              flamia_backward_workspace_bytes(1000, 3, 8, 2, 64, FLAMIA_RECIPE_FP8_MIXED))
+        << "the default recomputes at D = 64";
+  }
   setenv("FLAMIA_BWD_DQ", "hbm", 1);
-  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), mixed + 256 + size_t(2 * 4) * 86 * 8192)
-      << "both kv heads (4 query heads each) in one slab of the default 4 GB";
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), both_heads);
   setenv("FLAMIA_BWD_DS_MIB", "1", 1);
   EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), mixed + 256 + size_t(4) * 86 * 8192)
       << "a budget below one kv head: one a slab";
@@ -617,7 +634,7 @@ TEST(Api, WorkspaceForTheCallSizesTheStoredDs) {
   EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), fp8 + 256 + size_t(4) * 152 * (4096 + 256));
   unsetenv("FLAMIA_BWD_DS_MIB");
   unsetenv("FLAMIA_BWD_DQ");
-  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), fp8);
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), fp8) << "the default recomputes fp8's dS";
   // Host calls need no workspace; invalid arguments give 0 and name what is wrong.
   EXPECT_EQ(flamia_backward_workspace_bytes_for(&c.args), 0u);
   EXPECT_EQ(flamia_backward_workspace_bytes_for(nullptr), 0u);

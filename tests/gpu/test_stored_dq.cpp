@@ -1,13 +1,15 @@
-// The stored dS (FLAMIA_BWD_DQ=hbm: the dK/dV pass writes each tile's dQ operand — fp8_mixed's
-// bf16(dS), fp8's q8(dS sk / rho) codes and rho — and a GEMM over it forms dQ instead of
-// recomputing S, dP and dS). Its dQ takes the same operands through the same wgmma steps
-// (and, for fp8, the same fold) as the deterministic pass, and dK, dV are computed as
-// before: all three must be bitwise the default backward's, for both recipes, at head dims
-// 128 and 64, with GQA, causal and not, documents at the 64-token edges, q_start, heads in
-// slabs.
+// The stored dS (fp8_mixed at D = 128 by default, every call with FLAMIA_BWD_DQ=hbm: the dK/dV
+// pass writes each tile's dQ operand — fp8_mixed's bf16(dS), fp8's q8(dS sk / rho) codes and
+// rho — and a GEMM over it forms dQ instead of recomputing S, dP and dS). Its dQ takes the
+// same operands through the same wgmma steps (and, for fp8, the same fold) as the dQ pass,
+// and dK, dV are computed as before: all three must be bitwise the recomputing backward's
+// (FLAMIA_BWD_DQ=recompute), for both recipes, at head dims 128 and 64, with GQA, causal and
+// not, documents at the 64-token edges, q_start, heads in slabs; the default must store only
+// where the workspace holds the tiles, and hbm must refuse a workspace that does not.
 #if defined(FLAMIA_WITH_CUDA)
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -20,14 +22,16 @@
 namespace flamia_gpu_test {
 namespace {
 
-// Sets FLAMIA_BWD_DQ=hbm for the scope, and FLAMIA_BWD_DS_MIB (the buffer's budget) if given.
-class StoredDqEnv {
+// Sets FLAMIA_BWD_DQ (null: unset) for the scope, and FLAMIA_BWD_DS_MIB (the stored tiles'
+// budget) if given; runners built inside size their workspace for it.
+class DqEnv {
  public:
-  explicit StoredDqEnv(const char* mib) : mib_(mib != nullptr) {
-    setenv("FLAMIA_BWD_DQ", "hbm", 1);
+  explicit DqEnv(const char* dq, const char* mib = nullptr) : mib_(mib != nullptr) {
+    if (dq != nullptr) setenv("FLAMIA_BWD_DQ", dq, 1);
+    else unsetenv("FLAMIA_BWD_DQ");
     if (mib_) setenv("FLAMIA_BWD_DS_MIB", mib, 1);
   }
-  ~StoredDqEnv() {
+  ~DqEnv() {
     unsetenv("FLAMIA_BWD_DQ");
     if (mib_) unsetenv("FLAMIA_BWD_DS_MIB");
   }
@@ -36,14 +40,21 @@ class StoredDqEnv {
   bool mib_;
 };
 
-// The default backward and the stored-dS one on the same inputs; mib: the buffer's budget
+struct StoredDqEnv : DqEnv {
+  explicit StoredDqEnv(const char* mib) : DqEnv("hbm", mib) {}
+};
+
+// The recomputing backward and the stored-dS one on the same inputs; mib: the tiles' budget
 // (1: one kv head a slab).
 void expect_bitwise(const Case& c, uint64_t seed, const char* mib = nullptr) {
   const Inputs in = make_inputs(c, seed);
   FwdResult f0, f1;
   BwdResult b0, b1;
-  GpuRunner r0(c);
-  ASSERT_EQ(r0.forward_backward(in, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
+  {
+    DqEnv recompute("recompute");
+    GpuRunner r0(c);
+    ASSERT_EQ(r0.forward_backward(in, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
+  }
   {
     StoredDqEnv stored(mib);
     GpuRunner r1(c);
@@ -101,6 +112,68 @@ TEST(StoredDqSlabs, OneKvHeadASlab) {
   for (const bool mixed : {true, false}) {
     for (const bool causal : {true, false}) expect_bitwise(make(Param{4, causal, 1, 128, mixed}), 31, "1");
     expect_bitwise(make(Param{1, true, 0, 64, mixed}), 32, "1");
+  }
+}
+
+// The default (FLAMIA_BWD_DQ unset): fp8_mixed at D = 128 stores with a workspace sized by
+// flamia_backward_workspace_bytes_for, and recomputes with the plain size; both bitwise the
+// recomputing backward.
+TEST(StoredDqDefault, Fp8MixedStoresWhereTheWorkspaceHoldsIt) {
+  const Case c = make(Param{2, true, 1, 128, true});
+  const Inputs in = make_inputs(c, 404);
+  FwdResult f;
+  BwdResult want, stored, plain;
+  {
+    DqEnv recompute("recompute");
+    GpuRunner r(c);
+    ASSERT_EQ(r.forward_backward(in, &f, &want), FLAMIA_SUCCESS) << flamia_last_error();
+  }
+  DqEnv unset(nullptr);
+  GpuRunner big(c);
+  const flamia_attention_args a = big.args();
+  ASSERT_GT(big.workspace_bytes(),
+            flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe))
+      << "the default sizes room for fp8_mixed's stored dS at D = 128";
+  ASSERT_EQ(big.workspace_bytes(), flamia_backward_workspace_bytes_for(&a));
+  ASSERT_EQ(big.forward_backward(in, &f, &stored), FLAMIA_SUCCESS) << flamia_last_error();
+  std::unique_ptr<GpuRunner> small;
+  {
+    DqEnv recompute("recompute");  // sizes the plain workspace
+    small = std::make_unique<GpuRunner>(c);
+  }
+  ASSERT_EQ(small->workspace_bytes(),
+            flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe));
+  ASSERT_EQ(small->forward_backward(in, &f, &plain), FLAMIA_SUCCESS)
+      << "the plain workspace is enough by default: " << flamia_last_error();
+  for (const BwdResult* b : {&stored, &plain}) {
+    EXPECT_EQ(b->dq, want.dq) << "dQ";
+    EXPECT_EQ(b->dk, want.dk) << "dK";
+    EXPECT_EQ(b->dv, want.dv) << "dV";
+  }
+}
+
+// FLAMIA_BWD_DQ=hbm requires the stored tiles: the plain workspace is refused, naming the size
+// function; a value that is no option is refused, naming the variable.
+TEST(StoredDqDefault, HbmRefusesThePlainWorkspaceAndUnknownValuesAreErrors) {
+  const Case c = make(Param{1, true, 0, 128, true});
+  const Inputs in = make_inputs(c, 405);
+  std::unique_ptr<GpuRunner> r;
+  {
+    DqEnv recompute("recompute");
+    r = std::make_unique<GpuRunner>(c);
+  }
+  FwdResult f;
+  BwdResult b;
+  {
+    DqEnv hbm("hbm");
+    EXPECT_EQ(r->forward_backward(in, &f, &b), FLAMIA_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(flamia_last_error()).find("flamia_backward_workspace_bytes_for"), std::string::npos)
+        << flamia_last_error();
+  }
+  {
+    DqEnv bogus("stored");
+    EXPECT_EQ(r->forward_backward(in, &f, &b), FLAMIA_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(flamia_last_error()).find("FLAMIA_BWD_DQ"), std::string::npos) << flamia_last_error();
   }
 }
 
