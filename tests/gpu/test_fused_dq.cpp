@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -22,10 +23,10 @@ namespace flamia_gpu_test {
 namespace {
 
 // Sets FLAMIA_BWD_DQ for the scope (runners built inside size their workspace for it).
-class FusedDqEnv {
+class DqEnv {
  public:
-  FusedDqEnv() { setenv("FLAMIA_BWD_DQ", "fused", 1); }
-  ~FusedDqEnv() { unsetenv("FLAMIA_BWD_DQ"); }
+  explicit DqEnv(const char* value) { setenv("FLAMIA_BWD_DQ", value, 1); }
+  ~DqEnv() { unsetenv("FLAMIA_BWD_DQ"); }
 };
 
 // Largest |a - b| over |b| + 2^-10 (BF16's last place near 1 is 2^-7), and the count of
@@ -71,12 +72,17 @@ TEST_P(FusedDq, DkDvBitwiseDqToRounding) {
   const Inputs in = make_inputs(c, 4242);
   FwdResult f0, f1;
   BwdResult b0, b1;
-  GpuRunner r0(c);
-  ASSERT_EQ(r0.forward_backward(in, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
+  // Against the dQ pass (the default would store dS here, with the same bits).
+  std::unique_ptr<GpuRunner> r0;
   {
-    FusedDqEnv fused;
+    DqEnv recompute("recompute");
+    r0 = std::make_unique<GpuRunner>(c);
+    ASSERT_EQ(r0->forward_backward(in, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
+  }
+  {
+    DqEnv fused("fused");
     GpuRunner r1(c);
-    ASSERT_GT(r1.workspace_bytes(), r0.workspace_bytes()) << "the fused dQ's accumulator is in the workspace";
+    ASSERT_GT(r1.workspace_bytes(), r0->workspace_bytes()) << "the fused dQ's accumulator is in the workspace";
     ASSERT_EQ(r1.forward_backward(in, &f1, &b1), FLAMIA_SUCCESS) << flamia_last_error();
   }
   EXPECT_EQ(b1.dk, b0.dk) << "dK";
@@ -109,7 +115,7 @@ TEST(FusedDqQStart, FallsBackToTheDeterministicPass) {
   BwdResult b0, b1;
   GpuRunner r0(c);
   ASSERT_EQ(r0.forward_backward(in, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
-  FusedDqEnv fused;
+  DqEnv fused("fused");
   GpuRunner r1(c);
   ASSERT_EQ(r1.forward_backward(in, &f1, &b1), FLAMIA_SUCCESS) << flamia_last_error();
   EXPECT_EQ(b1.dq, b0.dq);
