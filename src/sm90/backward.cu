@@ -1508,10 +1508,12 @@ StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int 
   if (size_t(plan.head_tiles) > (size_t(1) << 48) / (tile_bytes * size_t(hq))) return StoredDsPlan{};
   const size_t head_bytes = size_t(plan.head_tiles) * tile_bytes;
   // As many kv heads (with their query heads) as FLAMIA_BWD_DS_MIB allows, at least one;
-  // then spread evenly over the slabs, so that the last is not a sliver.
+  // then spread evenly over the slabs, so that the last is not a sliver. The default 1 GiB
+  // measured faster than larger slabs on every workload but fixed-16k (+1 % there), and
+  // 256 MiB starves the packs of CTAs (docs/PERFORMANCE.md v46).
   const char* mib_env = std::getenv("FLAMIA_BWD_DS_MIB");
   const long long mib = mib_env != nullptr ? std::atoll(mib_env) : 0;
-  const size_t budget = size_t(mib > 0 ? mib : 4096) << 20;
+  const size_t budget = size_t(mib > 0 ? mib : 1024) << 20;
   const int most = int(std::max<size_t>(1, std::min<size_t>(size_t(hkv), budget / (head_bytes * group))));
   const int slabs = (hkv + most - 1) / most;
   plan.slab = (hkv + slabs - 1) / slabs;

@@ -607,7 +607,7 @@ TEST(Api, WorkspaceForTheCallSizesTheStoredDs) {
   // tiles a query head, 19 * 8 = 152 not causal; 8 KB a tile (fp8: 4 KB of codes + 256 B).
   const size_t both_heads = mixed + 256 + size_t(2 * 4) * 86 * 8192;
   EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), both_heads)
-      << "the default stores fp8_mixed's dS at D = 128: both kv heads (4 query heads each) in one slab of 4 GB; "
+      << "the default stores fp8_mixed's dS at D = 128: both kv heads (4 query heads each) in one slab of the default 1 GiB; "
       << flamia_last_error();
   setenv("FLAMIA_BWD_DQ", "auto", 1);
   EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), both_heads) << "auto is the default";
