@@ -2,13 +2,15 @@
 """Whether two builds compiled every kernel to the same machine code, without a GPU or a
 disassembler: compares the .text.<kernel> sections of two ELF cubins byte for byte.
 
-    nvcc ... -cubin -o before.cubin src/sm90/backward.cu      (then change the source)
-    nvcc ... -cubin -o after.cubin src/sm90/backward.cu
+    nvcc ... -cubin -o before.cubin src/sm90/kernels/backward.cu      (then change the source)
+    nvcc ... -cubin -o after.cubin src/sm90/kernels/backward.cu
     python3 tools/cubin_text_diff.py before.cubin after.cubin [--only dkdv_kernel]
 
 For refactors and for changes meant to touch only some kernels ("the default kernels are
 byte-identical"). Kernel names are compared with the anonymous namespace's per-file hash
-replaced, since it differs between compilations of a renamed or moved file. Prints one line
+replaced, since it differs between compilations of a renamed or moved file; --by-name
+compares them by their own name and literal template arguments only (dkdv_kernel<128, true,
+false, false>), for a refactor that moves kernels into another namespace. Prints one line
 per kernel (same / differs / only in one) and exits 1 when any selected kernel differs or is
 missing from one side.
 """
@@ -26,7 +28,33 @@ def normalize(name: str) -> str:
     return _ANON.sub("<anon>", name)
 
 
-def text_sections(path: str) -> Dict[str, bytes]:
+def by_name(name: str) -> str:
+    """A mangled kernel name's last nested component and its literal template arguments
+    (_ZN6flamia4sm903bwd11dkdv_kernelILi128ELb1EEEv... -> dkdv_kernel<Li128,Lb1>); the name
+    itself where it does not parse as a nested name."""
+    if not name.startswith("_ZN"):
+        return name
+    i, last, args = 3, name, ""
+    while i < len(name) and name[i].isdigit():
+        j = i
+        while name[j].isdigit():
+            j += 1
+        n = int(name[i:j])
+        last, args, i = name[j:j + n], "", j + n
+        if i < len(name) and name[i] == "I":  # literal template arguments: L<type><value>E ...
+            i += 1
+            parts = []
+            while i < len(name) and name[i] == "L":
+                end = name.index("E", i)
+                parts.append(name[i:end])
+                i = end + 1
+            if i >= len(name) or name[i] != "E":
+                return name  # a type argument: keep the whole name
+            args, i = "<" + ",".join(parts) + ">", i + 1
+    return last + args
+
+
+def text_sections(path: str, key=normalize) -> Dict[str, bytes]:
     """The .text.* sections of a 64-bit little-endian ELF file, by normalized kernel name."""
     data = open(path, "rb").read()
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
@@ -41,7 +69,7 @@ def text_sections(path: str) -> Dict[str, bytes]:
         end = names.index(b"\0", name_off)
         name = names[name_off:end].decode("utf-8", "replace")
         if name.startswith(".text."):
-            out[normalize(name[len(".text."):])] = data[off:off + size]
+            out[key(name[len(".text."):])] = data[off:off + size]
     return out
 
 
@@ -50,8 +78,11 @@ def main() -> int:
     ap.add_argument("before")
     ap.add_argument("after")
     ap.add_argument("--only", default="", help="compare only kernels whose name contains this")
+    ap.add_argument("--by-name", action="store_true",
+                    help="match kernels by their own name and literal template arguments, not their namespace")
     args = ap.parse_args()
-    a, b = text_sections(args.before), text_sections(args.after)
+    key = by_name if args.by_name else normalize
+    a, b = text_sections(args.before, key), text_sections(args.after, key)
     bad = 0
     for name in sorted(set(a) | set(b)):
         if args.only not in name:

@@ -72,3 +72,21 @@ def test_a_changed_byte_or_a_missing_kernel_fails(tmp_path):
     assert r.returncode == 1 and "dq_kernel" not in r.stdout
     r = run(tmp_path, a, a, "--only", "dq_kernel")
     assert r.returncode == 0 and "dkdv" not in r.stdout
+
+
+def test_by_name_matches_kernels_moved_into_a_namespace(tmp_path):
+    # The same instantiations, once in the file's anonymous namespace and once in
+    # flamia::sm90::bwd (its parameter type with it): only --by-name pairs them.
+    before = [(kernel(ANON_A, "11dkdv_kernelILi128ELb1ELb0ELb0EEEvNS1_7BwdArgsE"), b"\x01\x02"),
+              (kernel(ANON_A, "11dkdv_kernelILi64ELb1ELb0ELb0EEEvNS1_7BwdArgsE"), b"\x03")]
+    after = [(".text._ZN6flamia4sm903bwd11dkdv_kernelILi128ELb1ELb0ELb0EEEvNS1_7BwdArgsE", b"\x01\x02"),
+             (".text._ZN6flamia4sm903bwd11dkdv_kernelILi64ELb1ELb0ELb0EEEvNS1_7BwdArgsE", b"\x03")]
+    assert run(tmp_path, before, after).returncode == 1
+    r = run(tmp_path, before, after, "--by-name")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "same (2 bytes): dkdv_kernel<Li128,Lb1,Lb0,Lb0>" in r.stdout
+    assert "same (1 bytes): dkdv_kernel<Li64,Lb1,Lb0,Lb0>" in r.stdout
+    # Different template arguments stay different kernels; a changed byte still fails.
+    after[1] = (after[1][0], b"\x04")
+    r = run(tmp_path, before, after, "--by-name")
+    assert r.returncode == 1 and "differs (1 -> 1 bytes): dkdv_kernel<Li64,Lb1,Lb0,Lb0>" in r.stdout

@@ -42,7 +42,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 // NaN scale (and an infinite element gives the NaN scale here too).
 // kSelects: the select-only pow2_scale_e4m3 (no branch in the loop); the dK/dV pass at
 // D = 128 keeps the branchy pow2_scale, with which ptxas fits it in 255 registers without
-// spilling (backward.cu).
+// spilling (collective/bwd_dkdv_mainloop.cuh).
 template <bool kSelects = true>
 __device__ __forceinline__ void row_pow2_scales(const TileAcc& x, float (&scale)[2]) {
   float m[2] = {0.0f, 0.0f};

@@ -57,7 +57,7 @@ __device__ __forceinline__ void issue_row_dots(TileAcc& acc, uint32_t a_tile, ui
 }
 
 // S (or Sᵀ): the raw dot products, to be scaled by score() (the backward folds the same
-// powers of two into one scale product per pair, backward.cu).
+// powers of two into one scale product per pair, collective/bwd_products.cuh).
 template <int D, bool kSwizzledB = false>
 __device__ __forceinline__ void issue_scores(TileAcc& s, uint32_t a_tile, uint32_t b_tile) {
   issue_row_dots<D, kSwizzledB>(s, a_tile, b_tile);

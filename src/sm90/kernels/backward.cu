@@ -1,0 +1,769 @@
+// Backward (ALGORITHM.md §3), deterministic and without atomics. Every matmul is a wgmma
+// issued by one warpgroup; the specification sums each as wgmma does (ALGORITHM.md §6).
+// S and Sᵀ come from the forward's instruction sequence (scores_wgmma.cuh), so that
+// P = exp2(S c - lse2) is rebuilt from the very S the forward's LSE was taken over.
+//
+// 1. quantize dO (natural + transposed FP8, scales) and D = rowsum(dO * O) (quantize.cu);
+// 2. dK/dV kernel: CTA = (128-key tile of one document, kv head), two warpgroups of 64 keys
+//    (4 warps x 16 keys each) sharing each query-side stage. Loops over the query heads of
+//    the GQA group, then over the 64-query tiles that see the keys, in the order the
+//    specification sums them. Per query tile and warpgroup:
+//      Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (A and B in shared memory, both in flight at once),
+//      Pᵀ = exp2(fmaf(Sᵀ, c, -lse2)), dSᵀ = Pᵀ (dPᵀ - D),
+//      dV += sigma * (q8(Pᵀ sdo / sigma) · dOᵀ tile),
+//      dK += tau * (q8(dSᵀ sq / tau) · Qᵀ tile)   (fp8)  or  bf16(dSᵀ) · Q   (fp8_mixed);
+//    keys are rows, so Pᵀ and dSᵀ are A operands straight from the accumulators (registers);
+//    each tile product is formed in a fresh accumulator, then scaled and added in FP32;
+// 3. dQ kernel: CTA = (128-query tile, query head), two warpgroups of 64 queries sharing
+//    each key-side stage; loops over 64-key tiles, recomputes S (as the forward) and dP, and
+//    accumulates
+//      dQ += rho * (q8(dS sk / rho) · Kᵀ tile)   (fp8)  or  bf16(dS) · K   (fp8_mixed).
+//    Recomputing S and dP here costs two matmuls of the four per tile pair, but gives every
+//    dQ row one owner: deterministic, no FP32 atomics, no dQ accumulator in global memory.
+//    The stored dS (fp8_mixed at D = 128 by default, when the workspace holds it; every call
+//    with FLAMIA_BWD_DQ=hbm) has the dK/dV pass store dQ's operand of every tile pair
+//    (fp8_mixed's bf16(dS), fp8's codes and rho) and replaces this kernel by a GEMM over it
+//    (dq_stored_kernel; the same bits, 2 or 1.06 bytes a score of workspace, in slabs of
+//    heads: stored_ds_plan). FLAMIA_BWD_DQ=fused (fp8_mixed, D = 128) forms dQ inside the
+//    dK/dV pass by FP32 reductions instead (no dQ kernel; not deterministic).
+// Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the
+// products reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major
+// core matrices), zero past the document end. The other side streams through a ring of
+// kBwdStages stages, one step ahead: its FP8 tiles by TMA, started by one thread (each stage's
+// `full` mbarrier counts their bytes) — 64 token rows of D codes in a D-byte swizzle (B of the products reduced over
+// D) and D rows of 64 token positions of the quantizer's fragment-ordered transposed copies in
+// a 64-byte swizzle (B of those reduced over tokens) — and its per-token values (scales, LSE,
+// D) by cp.async, since a 64-value run of an [H][T] array need not start 16-byte aligned as a
+// TMA box must. fp8_mixed's BF16 operand (Q for dK, K for dQ) is a stage tile like the FP8
+// ones: D rows of 64 positions of the quantizer's transposed BF16 copy (128 bytes a row,
+// 128-byte swizzle, non-finite values already zero).
+// No CTA barrier orders the steps: every thread's per-token copies arrive on the stage's
+// `full` mbarrier when they land, each thread arrives on its `empty` mbarrier when done with
+// it, and a stage is refilled only after every thread left it; so the two warpgroups drift up to
+// two steps apart and one's MMAs overlap the other's FP32 work.
+// TMA tiles are not cleared past the document end: their rows or columns there hold the
+// next document's codes, the transposed copies' padding, or TMA's zeros past the tensor, and
+// every one is finite — the quantizer (quantize.cu, the same kernel for q/k/v and for dO)
+// writes every position of [0, Tpad) of a transposed copy, padding as zero codes, converts
+// with satfinite at a scale in [2^-126, 2^127], and gives a non-finite row zero codes (its
+// NaN stays in the scale). Such a row or column meets only masked pairs, which are exact
+// zeros by selection, so it adds 0 * code = 0 to every product.
+//
+// Pieces: collective/bwd_plan.cuh (parameters, CTA shapes, shared-memory plans),
+// kit/bwd_ring.cuh (the streamed ring), collective/bwd_products.cuh (pair arithmetic and
+// the gradient products), collective/bwd_dkdv_mainloop.cuh and collective/bwd_dq_mainloop.cuh
+// (one step of each pass), collective/bwd_stored_ds.cuh and collective/bwd_fused_dq.cuh (the
+// two dQ options' parts of the dK/dV step); the options and the workspace plan:
+// launch/backward_options.cu.
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/tiles.h"
+#include "quantize/quantize.cuh"
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/tma.cuh"
+#include "sm90/arch/warpgroup.cuh"
+#include "sm90/collective/bwd_dkdv_mainloop.cuh"
+#include "sm90/collective/bwd_dq_mainloop.cuh"
+#include "sm90/collective/bwd_fused_dq.cuh"
+#include "sm90/collective/bwd_plan.cuh"
+#include "sm90/collective/bwd_products.cuh"
+#include "sm90/collective/bwd_stored_ds.cuh"
+#include "sm90/kit/bwd_ring.cuh"
+#include "sm90/launch/tensor_map.h"
+#include "sm90/masks.cuh"
+#include "sm90/per_device.h"
+#include "sm90/schedule.cuh"
+#include "sm90/scores_wgmma.cuh"
+#include "sm90/sm90.h"
+
+namespace flamia {
+namespace sm90 {
+namespace bwd {
+namespace {
+
+using fmt::kLog2e;
+
+// =====================================================================================
+// dK / dV
+// =====================================================================================
+
+// ds_doc_base: every document's first tile in a head's run, an exclusive scan of its tile
+// pairs (one block; the documents' lengths clamped as doc_tile clamps them).
+__global__ void __launch_bounds__(1024) ds_doc_bases(const int32_t* __restrict__ cu_seqlens, int num_docs,
+                                                     int64_t total_tokens, bool causal, int64_t* __restrict__ base) {
+  __shared__ int64_t warp_sums[32];
+  __shared__ int64_t carry;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (int b0 = 0; b0 < num_docs; b0 += blockDim.x) {
+    const int b = b0 + int(threadIdx.x);
+    int64_t pairs = 0;
+    if (b < num_docs) {
+      const int64_t t0 = min(max(int64_t(cu_seqlens[b]), int64_t(0)), total_tokens);
+      const int64_t t1 = min(max(int64_t(cu_seqlens[b + 1]), t0), total_tokens);
+      const int64_t nt = (t1 - t0 + kTileTokens - 1) / kTileTokens;
+      pairs = causal ? nt * (nt + 1) / 2 : nt * nt;
+    }
+    // Inclusive scan within the warp, then over the warps' sums.
+    int64_t x = pairs;
+    const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int64_t y = __shfl_up_sync(0xffffffffu, x, d);
+      if (lane >= d) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+      int64_t w = lane < int(blockDim.x) / 32 ? warp_sums[lane] : 0;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int64_t y = __shfl_up_sync(0xffffffffu, w, d);
+        if (lane >= d) w += y;
+      }
+      warp_sums[lane] = w;  // inclusive over warps
+    }
+    __syncthreads();
+    const int64_t inclusive = x + (warp > 0 ? warp_sums[warp - 1] : 0) + carry;
+    if (b < num_docs) base[b] = inclusive - pairs;
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) carry = inclusive;
+    __syncthreads();
+  }
+}
+
+template <int D, bool kMixed, bool kFused, bool kStoreDs = false>
+__global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_constant__ BwdArgs a) {
+  static_assert(!kFused || (kMixed && D == 128), "the fused dQ is fp8_mixed's, at D = 128");
+  static_assert(!(kStoreDs && kFused), "the stored dS and the fused dQ are alternatives");
+  using S = DkdvSmem<D, kMixed, kFused, kStoreDs>;
+  extern __shared__ uint8_t smem_raw[];
+  // One CTA per (work-list slot, kv head); the stored dS's launches cover a slab of kv heads.
+  const int heads = kStoreDs ? a.ds_hkv : a.hkv;
+  const int slot = blockIdx.x / heads, hk = (kStoreDs ? a.ds_hk0 : 0) + int(blockIdx.x % heads);
+  // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
+  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
+  if (dt.len == 0) return;
+  // Item t of a document is its 128-key tile nt - 1 - t when causal (cost order, schedule.cuh).
+  const int n = a.causal ? dt.num_tiles - 1 - dt.tile : dt.tile;
+  const int wg = warpgroup::index();
+  // This warpgroup's 64 keys: the 64-token key tile nw, keys [kw0, kw0 + valid_k).
+  const int nw = kDkdvWarpgroups * n + wg, kw0 = nw * kTileTokens;
+  const int valid_k = min(kTileTokens, dt.len - kw0);  // <= 0: no keys (the document ends first)
+  const int group = a.hq / a.hkv;
+  const int num_query_tiles_doc = (dt.len + kTileTokens - 1) / kTileTokens;
+  // Query tiles from the first that sees the CTA's first keys (causal) and is no tile of
+  // keys-only rows (q_start, a multiple of the tile); a warpgroup skips the tiles that see
+  // none of its own keys.
+  const int m_first = max(a.causal ? kDkdvWarpgroups * n : 0, first_query(a.q_start, dt) / kTileTokens);
+  const int num_query_tiles = num_query_tiles_doc - m_first;
+  const int steps = group * num_query_tiles;  // (query head, query tile), head-major
+  const DocMask mask{dt.len, a.causal};
+  uint8_t* smem = swizzle_aligned(smem_raw);
+  const uint32_t base = ptx::smem_addr(smem);
+  if (kFused && elected_thread()) mbar::init(base + S::kKtFull, 1);  // published by the barrier below
+  init_stage_barriers<S::kStages>(base + S::full(0), base + S::empty(0), kDkdvThreads);
+  const bool elected = elected_thread();  // starts the stages' TMA loads
+  if (elected) {
+    tma::prefetch_map(a.q8_rows);
+    tma::prefetch_map(a.do8_rows);
+    tma::prefetch_map(a.dot8_cols);
+    tma::prefetch_map(a.qt_cols);
+    if constexpr (kFused) {
+      // The CTA's Kᵀ, both chunks (a chunk past the document is loaded and never read).
+      mbar::arrive_expect_tx(base + S::kKtFull, kDkdvWarpgroups * S::kKtChunk);
+      for (int c = 0; c < kDkdvWarpgroups; ++c)
+        tma::load_2d(base + S::kKt + c * S::kKtChunk, a.kt_cols, base + S::kKtFull,
+                     2 * (int(dt.pstart) + (kDkdvWarpgroups * n + c) * kTileTokens), hk * D);
+    }
+  }
+
+  const int64_t kv_row = int64_t(a.hkv) * D;
+  if (valid_k > 0) {
+    const int64_t kv_off = (dt.tok0 + kw0) * kv_row + hk * D;
+    const uint32_t kb = base + S::keys(wg);
+    load_kmajor_rows<D>(kb + S::kK, a.k8 + kv_off, kv_row, valid_k);
+    load_kmajor_rows<D>(kb + S::kV, a.v8 + kv_off, kv_row, valid_k);
+    const int64_t tok_off = hk * a.total_tokens + dt.tok0 + kw0;
+    const int i = tile_tid();
+    if (i < kTileTokens) load_scalar(kb + S::kSk, a.sk + tok_off, valid_k, i);
+    else load_scalar(kb + S::kSv, a.sv + tok_off, valid_k, i - kTileTokens);
+  }
+  ptx::cp_async_commit();
+
+  // The steps walk (query head, query tile) head-major; a cursor steps through them without
+  // the integer division a step index would need.
+  struct QueryTile {
+    int h, m;
+  };
+  auto next_tile = [&](QueryTile t) {
+    return ++t.m == num_query_tiles_doc ? QueryTile{t.h + 1, m_first} : t;
+  };
+  // The elected thread: a step's FP8 tiles into stage s, by TMA.
+  auto load_query_tiles = [&](int s, QueryTile t) {
+    const uint32_t st = base + S::stage(s), full = base + S::full(s);
+    const int tok = int(dt.tok0) + t.m * kTileTokens, pos = int(dt.pstart) + t.m * kTileTokens;
+    mbar::arrive_expect_tx(full, S::kTmaBytes);
+    tma::load_3d(st + S::kQ, a.q8_rows, full, 0, t.h, tok);
+    tma::load_3d(st + S::kDo, a.do8_rows, full, 0, t.h, tok);
+    tma::load_2d(st + S::kDot, a.dot8_cols, full, kMixed ? 2 * pos : pos, t.h * D);  // BF16: byte coordinates
+    tma::load_2d(st + S::kQt, a.qt_cols, full, kMixed ? 2 * pos : pos, t.h * D);  // BF16: byte coordinates
+  };
+  // Every thread: one of a step's 256 per-query values (thread t: value t % 64 of sq, sdo,
+  // LSE, D for t / 64 = 0..3, as laid out from kSqT on), by cp.async.
+  const int value_i = int(threadIdx.x) & (kTileTokens - 1), value_kind = int(threadIdx.x) / kTileTokens;
+  const float* const values = value_kind == 0 ? a.sq : value_kind == 1 ? a.sdo : value_kind == 2 ? a.lse2 : a.dvec;
+  auto load_query_values = [&](int s, QueryTile t) {
+    const int m0 = t.m * kTileTokens;
+    load_scalar(base + S::stage(s) + S::kSqT + value_kind * kScalarTileBytes,
+                values + (t.h * a.total_tokens + dt.tok0 + m0), dt.len - m0, value_i);
+  };
+  // Every thread: a step into the next stage of the ring, once every thread has left it.
+  StageCursor<S::kStages> load, use;
+  auto load_step = [&](QueryTile t) {
+    refill_stage(base + S::full(0), base + S::empty(0), load, [&](int s) {
+      if (elected) load_query_tiles(s, t);
+      load_query_values(s, t);
+    });
+  };
+  QueryTile cur{hk * group, m_first};
+  if (steps > 0) load_step(cur);  // none: every query of the document is before q_start
+  ptx::cp_async_commit();
+  own_rows_ready();
+
+  const int j0 = kw0 + 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's keys: j0, j0 + 8
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[c][e] = dv[c][e] = 0.0f;
+
+  // The fused dQ: the CTA's Kᵀ has landed before the first product reads it.
+  [[maybe_unused]] const int64_t q_row = int64_t(a.hq) * D;
+  if constexpr (kFused) mbar::wait(base + S::kKtFull, 0);
+
+  int stored = 0;  // steps this warpgroup has computed: the stored dS's buffer parity
+  [[maybe_unused]] StoredDsRun<kMixed> run;
+  if constexpr (kStoreDs) run = StoredDsRun<kMixed>(a, dt);
+  [[maybe_unused]] uint32_t pending_chunk = 0;  // fp8: the last computed step's dS, not yet written out
+  [[maybe_unused]] uint8_t* pending_tile = nullptr;
+  for (int step = 0; step < steps; ++step) {
+    const QueryTile next = next_tile(cur);
+    if (step + 1 < steps) load_step(next);
+    const int m = cur.m, m0 = m * kTileTokens;
+    // The step's tiles and values landed. Every thread waits, also in steps its warpgroup
+    // skips: a parity wait only tells consecutive phases apart.
+    mbar::wait(base + S::full(use.index), use.phase);
+    FusedDq fz{};
+    if constexpr (kFused) {
+      fz.ds_buffer = base + S::kDs + (step & 1) * S::kDsBuffer;
+      fz.kt = base + S::kKt + wg * (D / 2) * kBf16ColRowBytes;
+      fz.rows = a.dq_acc + (dt.tok0 + m0) * q_row + cur.h * D + wg * (D / 2);
+      fz.row_stride = q_row;
+      fz.valid_rows = dt.len - m0;
+    }
+    // Causal: query tile m sees this warpgroup's keys only from m = nw on (warpgroup 0's
+    // always, from m_first on).
+    if (valid_k > 0 && (!a.causal || m >= nw)) {
+      StoredDs sd{};
+      if constexpr (kStoreDs) {
+        sd.chunk = kMixed ? base + S::kDs + (stored & 1) * S::kDsBuffer + wg * S::kDsChunk
+                          : base + S::kDs + ((stored & 1) * kDkdvWarpgroups + wg) * S::kStagingChunk;
+        sd.tile = run.tile(cur.h, m, nw);
+        if constexpr (!kMixed) {
+          sd.pending_chunk = pending_chunk;
+          sd.pending_tile = pending_tile;
+          pending_chunk = sd.chunk;
+          pending_tile = sd.tile;
+        }
+        ++stored;
+      }
+      // The fused dQ and the stored dS also carry dS's key rows past the document (dK, dV
+      // never store them): there they must be zeros, not P (dP - D) of the zero-filled keys,
+      // or the next document's Kᵀ columns would enter dQ. Causal tiles past the end are
+      // diagonal anyway.
+      if (mask_needed_for_key_rows(mask, m, nw, kTileTokens) || ((kFused || kStoreDs) && valid_k < kTileTokens))
+        dkdv_query_tile<D, kMixed, kFused, kStoreDs, true>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk, dv,
+                                                           fz, sd);
+      else
+        dkdv_query_tile<D, kMixed, kFused, kStoreDs, false>(smem, S::keys(wg), use.index, mask, j0, m0, a.c, dk,
+                                                            dv, fz, sd);
+    } else if constexpr (kFused) {
+      fused_dq_only<D, S>(fz);
+    }
+    release_stage(base + S::empty(use.index));
+    use.advance();
+    cur = next;
+  }
+
+  if constexpr (kStoreDs && kMixed) finish_ds_copies();
+  if constexpr (kStoreDs && !kMixed) {
+    if (pending_tile != nullptr) store_fp8_ds_rows(pending_chunk, pending_tile, S::kStagingRowFloats);
+  }
+  // Every key row of the document is written, also those no query sees (zeros).
+  const int64_t out_off = dt.tok0 * kv_row + hk * D;
+  store_rows_bf16<D>(a.dk + out_off, kv_row, dk, a.softmax_scale, kw0 + 16 * (warp_id() & 3), dt.len);
+  store_rows_bf16<D>(a.dv + out_off, kv_row, dv, 1.0f, kw0 + 16 * (warp_id() & 3), dt.len);
+}
+
+// =====================================================================================
+// dQ
+// =====================================================================================
+
+template <int D, bool kMixed>
+__global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const __grid_constant__ BwdArgs a) {
+  using S = DqSmem<D, kMixed>;
+  extern __shared__ uint8_t smem_raw[];
+  const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
+  // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
+  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
+  // Keys-only rows (before q_start, a multiple of the tile) get no dQ.
+  if (dt.len == 0 || (kDqWarpgroups * dt.tile) * kTileTokens < first_query(a.q_start, dt)) return;
+  const int wg = warpgroup::index();
+  const int hk = h / (a.hq / a.hkv);
+  // This warpgroup's 64 queries: the 64-token query tile mw, queries [m0, m0 + valid_q).
+  const int mw = kDqWarpgroups * dt.tile + wg, m0 = mw * kTileTokens;
+  const int valid_q = min(kTileTokens, dt.len - m0);  // <= 0: no queries (the document ends first)
+  const int num_tiles_doc = (dt.len + kTileTokens - 1) / kTileTokens;
+  // Key tiles up to the CTA's last diagonal (causal); a warpgroup skips those past its own.
+  const int num_key_tiles = a.causal ? min(kDqWarpgroups * (dt.tile + 1), num_tiles_doc) : num_tiles_doc;
+  const DocMask mask{dt.len, a.causal};
+  uint8_t* smem = swizzle_aligned(smem_raw);
+  const uint32_t base = ptx::smem_addr(smem);
+  init_stage_barriers(base + S::full(0), base + S::empty(0), kDqThreads);
+  const bool elected = elected_thread();  // starts the stages' TMA loads
+  if (elected) {
+    tma::prefetch_map(a.k8_rows);
+    tma::prefetch_map(a.v8_rows);
+    tma::prefetch_map(a.kt_cols);
+  }
+
+  const int64_t q_row = int64_t(a.hq) * D;
+  if (valid_q > 0) {
+    const int64_t q_off = (dt.tok0 + m0) * q_row + h * D;
+    const uint32_t qb = base + S::queries(wg);
+    load_kmajor_rows<D>(qb + S::kQ, a.q8 + q_off, q_row, valid_q);
+    load_kmajor_rows<D>(qb + S::kDo, a.do8 + q_off, q_row, valid_q);
+    const int64_t tok_off = h * a.total_tokens + dt.tok0 + m0;
+    const int i = tile_tid() & 63;
+    if (tile_tid() < kTileTokens) {
+      load_scalar(qb + S::kSq, a.sq + tok_off, valid_q, i);
+      load_scalar(qb + S::kLse, a.lse2 + tok_off, valid_q, i);
+    } else {
+      load_scalar(qb + S::kSdo, a.sdo + tok_off, valid_q, i);
+      load_scalar(qb + S::kDvec, a.dvec + tok_off, valid_q, i);
+    }
+  }
+  ptx::cp_async_commit();
+
+  // The elected thread: key tile n's FP8 tiles into stage s, by TMA.
+  auto load_key_tiles = [&](int s, int n) {
+    const uint32_t st = base + S::stage(s), full = base + S::full(s);
+    const int tok = int(dt.tok0) + n * kTileTokens, pos = int(dt.pstart) + n * kTileTokens;
+    mbar::arrive_expect_tx(full, S::kTmaBytes);
+    tma::load_3d(st + S::kK, a.k8_rows, full, 0, hk, tok);
+    tma::load_3d(st + S::kV, a.v8_rows, full, 0, hk, tok);
+    tma::load_2d(st + S::kKt, a.kt_cols, full, kMixed ? 2 * pos : pos, hk * D);  // BF16: byte coordinates
+  };
+  // Warpgroup 0: a key tile's 128 key scales (thread t: value t % 64 of sk, sv for
+  // t / 64 = 0, 1, as laid out from kSk on), by cp.async.
+  const int value_i = int(threadIdx.x) & (kTileTokens - 1), value_kind = int(threadIdx.x) / kTileTokens;
+  const float* const values = (value_kind == 0 ? a.sk : a.sv) + hk * a.total_tokens + dt.tok0;
+  auto load_key_values = [&](int s, int n) {
+    const int n0 = n * kTileTokens;
+    if (value_kind < 2)
+      load_scalar(base + S::stage(s) + S::kSk + value_kind * kScalarTileBytes, values + n0, dt.len - n0, value_i);
+  };
+  // Every thread: key tile n into the next stage of the ring, once every thread has left it.
+  StageCursor<> load, use;
+  auto load_step = [&](int n) {
+    refill_stage(base + S::full(0), base + S::empty(0), load, [&](int s) {
+      if (elected) load_key_tiles(s, n);
+      load_key_values(s, n);
+    });
+  };
+  load_step(0);
+  ptx::cp_async_commit();
+  own_rows_ready();
+
+  const int i0 = m0 + 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's queries: i0, i0 + 8
+  float dq[D / 8][4];
+#pragma unroll
+  for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dq[c][e] = 0.0f;
+
+  // This warpgroup's key tiles are 0..last (causal: up to its own diagonal mw). With
+  // kOverlap the next tile's S and dP are issued before this tile's dQ product is folded, so
+  // the tensor core works on them while the FP32 pipe folds (D = 128: the registers of a
+  // second S/dP fit; at D = 64 two CTAs share the SM at 128 registers and do not).
+  constexpr bool kOverlap = D == 128;
+  const int last = valid_q <= 0 ? -1 : a.causal ? min(mw, num_key_tiles - 1) : num_key_tiles - 1;
+  TileAcc s, dp;  // S and dP of the tile in flight: rows = queries, columns = keys
+  if (kOverlap && last >= 0) {
+    mbar::wait(base + S::full(use.index), use.phase);
+    issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), use.index);
+  }
+  for (int n = 0; n < num_key_tiles; ++n) {
+    if (n + 1 < num_key_tiles) load_step(n + 1);
+    const int n0 = n * kTileTokens;
+    mbar::wait(base + S::full(use.index), use.phase);  // as in dkdv_kernel
+    if (n <= last) {
+      if (!kOverlap) issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), use.index);
+      wgmma::wait<0>();
+      wgmma::pin(s);
+      wgmma::pin(dp);
+      TokenOperand<kMixed> op =
+          mask_needed_for_query_rows(mask, mw, n, kTileTokens)
+              ? dq_operand_of_tile<D, kMixed, true>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp)
+              : dq_operand_of_tile<D, kMixed, false>(smem, S::queries(wg), use.index, mask, i0, n0, a.c, s, dp);
+      const uint32_t kt = base + S::stage(use.index) + S::kKt;
+      float fresh[D / 8][4];  // fp8 only
+      if constexpr (kMixed) chain_token_product<D>(dq, op, kt);
+      else issue_token_product<D, false>(fresh, op, kt);
+      // S and dP of n + 1 may be pending (two groups) when the product is done.
+      if (kOverlap && n + 1 <= last) {
+        StageCursor<> next = use;
+        next.advance();
+        mbar::wait(base + S::full(next.index), next.phase);
+        issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), next.index);
+        if constexpr (kMixed) chained_product_done<D, 2>(dq, op);
+        else fold_token_product<D, false, true, 2>(dq, fresh, op);
+      } else {
+        if constexpr (kMixed) chained_product_done<D, 0>(dq, op);
+        else fold_token_product<D, false, true, 0>(dq, fresh, op);
+      }
+    }
+    release_stage(base + S::empty(use.index));
+    use.advance();
+  }
+  // Every S/dP issued was waited for inside the loop, which ptxas cannot prove: without this
+  // wait it injects one of its own (C7517) before the accumulator registers are reused.
+  if constexpr (kOverlap) wgmma::wait<0>();
+
+  store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
+}
+
+// The dQ GEMM of the stored dS (DqStoredSmem, collective/bwd_plan.cuh, says how it works).
+template <int D, bool kMixed>
+__global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas ? 2 : 1) dq_stored_kernel(const __grid_constant__ BwdArgs a) {
+  using S = DqStoredSmem<D, kMixed>;
+  extern __shared__ uint8_t smem_raw[];
+  // One CTA per (work-list slot, query head of the launch's slab).
+  const int group = a.hq / a.hkv, heads = a.ds_hkv * group;
+  const int slot = blockIdx.x / heads, h = a.ds_hk0 * group + int(blockIdx.x % heads);
+  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
+  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
+  // Keys-only rows (before q_start, a multiple of the tile) get no dQ, as in dq_kernel.
+  if (dt.len == 0 || (kDqWarpgroups * dt.tile) * kTileTokens < first_query(a.q_start, dt)) return;
+  const int wg = warpgroup::index();
+  const int hk = h / group;
+  const int mw = kDqWarpgroups * dt.tile + wg, m0 = mw * kTileTokens;
+  const int valid_q = min(kTileTokens, dt.len - m0);
+  const int num_tiles_doc = (dt.len + kTileTokens - 1) / kTileTokens;
+  const int num_key_tiles = a.causal ? min(kDqWarpgroups * (dt.tile + 1), num_tiles_doc) : num_tiles_doc;
+  uint8_t* smem = swizzle_aligned(smem_raw);
+  const uint32_t base = ptx::smem_addr(smem);
+  const bool elected = elected_thread();
+  if (elected) {
+    // full: the elected thread's announcement and the bytes; empty: every thread's release.
+    for (int s = 0; s < S::kStages; ++s) {
+      mbar::init(base + S::full(s), 1);
+      mbar::init(base + S::empty(s), kDqThreads);
+    }
+    mbar::fence_init();
+    tma::prefetch_map(a.kt_cols);
+  }
+  __syncthreads();
+
+  // The elected thread: key tile n into stage s (both warpgroups' tiles, also where one is
+  // never read: a warpgroup past its diagonal or past the document reads none).
+  const StoredDsRun<kMixed> run(a, dt);
+  auto load_key_tile = [&](int s, int n) {
+    const uint32_t st = base + S::stage(s), full = base + S::full(s);
+    const int pos = int(dt.pstart) + n * kTileTokens;
+    mbar::arrive_expect_tx(full, S::kTxBytes);
+    tma::load_2d(st + S::kKt, a.kt_cols, full, kMixed ? 2 * pos : pos, hk * D);  // BF16: byte coordinates
+    for (int w = 0; w < kDqWarpgroups; ++w) {
+      const uint8_t* tile = run.tile(h, kDqWarpgroups * dt.tile + w, n);
+      tma::load_bulk(st + S::kDs + w * S::kImageBytes, tile, S::kImageBytes, full);
+      if constexpr (!kMixed) tma::load_bulk(st + S::kRho + w * kDsRhoBytes, tile + kDsCodesBytes, kDsRhoBytes, full);
+    }
+  };
+  StageCursor<S::kStages> load, use;
+  auto load_step = [&](int n) {
+    if (elected) {
+      mbar::wait(base + S::empty(load.index), load.phase ^ 1);
+      load_key_tile(load.index, n);
+    }
+    load.advance();
+  };
+  // Up to kStages - 1 tiles ahead.
+  for (int n = 0; n < min(num_key_tiles, S::kStages - 1); ++n) load_step(n);
+
+  float dq[D / 8][4];
+#pragma unroll
+  for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dq[c][e] = 0.0f;
+  const int last = valid_q <= 0 ? -1 : a.causal ? min(mw, num_key_tiles - 1) : num_key_tiles - 1;
+  const int row = 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's rows: row, row + 8
+  for (int n = 0; n < num_key_tiles; ++n) {
+    if (n + S::kStages - 1 < num_key_tiles) load_step(n + S::kStages - 1);
+    mbar::wait(base + S::full(use.index), use.phase);
+    if (n <= last) {
+      const uint32_t st = base + S::stage(use.index), img = st + S::kDs + wg * S::kImageBytes;
+      if constexpr (kMixed) {
+        wgmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+          wgmma::mma_ss_bf16<true>(dq, mma::desc<kBf16ColRowBytes>(img, ks), mma::desc<kBf16ColRowBytes>(st + S::kKt, ks));
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(dq);
+      } else {
+        float fresh[D / 8][4];
+        wgmma::fence();
+        wgmma::mma_ss<false>(fresh, mma::desc<kTileTokens>(img, 0), mma::desc<kTileTokens>(st + S::kKt, 0));
+        wgmma::mma_ss<true>(fresh, mma::desc<kTileTokens>(img, 1), mma::desc<kTileTokens>(st + S::kKt, 1));
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(fresh);
+        const float* rho = reinterpret_cast<const float*>(smem + S::stage(use.index) + S::kRho + wg * kDsRhoBytes);
+        const float r0 = rho[row], r1 = rho[row + 8];
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dq[c][e] = fmaf(e < 2 ? r0 : r1, fresh[c][e], dq[c][e]);
+      }
+    }
+    release_stage(base + S::empty(use.index));
+    use.advance();
+  }
+
+  const int64_t q_row = int64_t(a.hq) * D;
+  store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
+}
+
+// =====================================================================================
+// launch
+// =====================================================================================
+
+// The fused dQ's last step: dq = bf16(softmax_scale * dq_acc), 8 values a thread (the
+// deterministic pass rounds its sums the same way). Nothing on a guard fault (the poisoning
+// that follows the backward writes NaN).
+__global__ void __launch_bounds__(256) dq_from_accumulator(const float* __restrict__ acc, uint16_t* __restrict__ dq,
+                                                           int64_t groups, float scale,
+                                                           const guard::DeviceError* status) {
+  if (status->fault != guard::kNone) return;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < groups; i += int64_t(gridDim.x) * blockDim.x) {
+    const float4 lo = reinterpret_cast<const float4*>(acc)[2 * i], hi = reinterpret_cast<const float4*>(acc)[2 * i + 1];
+    uint4 out;
+    out.x = ptx::pack_bf16x2(__fmul_rn(scale, lo.x), __fmul_rn(scale, lo.y));
+    out.y = ptx::pack_bf16x2(__fmul_rn(scale, lo.z), __fmul_rn(scale, lo.w));
+    out.z = ptx::pack_bf16x2(__fmul_rn(scale, hi.x), __fmul_rn(scale, hi.y));
+    out.w = ptx::pack_bf16x2(__fmul_rn(scale, hi.z), __fmul_rn(scale, hi.w));
+    reinterpret_cast<uint4*>(dq)[i] = out;
+  }
+}
+
+template <int D, bool kMixed>
+cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
+  constexpr int kDkdvSmem = DkdvSmem<D, kMixed>::kAlloc, kDqSmem = DqSmem<D, kMixed>::kAlloc;
+  cudaError_t attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false>), kDkdvSmem);
+  if (attr == cudaSuccess) attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_kernel<D, kMixed>), kDqSmem);
+  if (attr != cudaSuccess) return attr;
+  // One CTA per (work-list slot, head), the head fastest (schedule.cuh).
+  dkdv_kernel<D, kMixed, false><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  dq_kernel<D, kMixed><<<unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// fp8_mixed at D = 128 with the fused dQ: the accumulator zeroed, one dK/dV(+dQ) pass, dQ
+// rounded from the accumulator.
+cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
+  constexpr int D = 128, kSmem = DkdvSmem<D, true, true>::kAlloc;
+  const size_t acc_bytes = size_t(a.total_tokens) * size_t(a.hq) * D * sizeof(float);
+  cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, true, true>), kSmem);
+  if (err == cudaSuccess) err = cudaMemsetAsync(a.dq_acc, 0, acc_bytes, stream);
+  if (err != cudaSuccess) return err;
+  dkdv_kernel<D, true, true><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kSmem, stream>>>(a);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  const int64_t groups = int64_t(acc_bytes / (8 * sizeof(float)));
+  const unsigned blocks = unsigned(std::min<int64_t>((groups + 255) / 256, 8 * 1024));
+  dq_from_accumulator<<<blocks, 256, 0, stream>>>(a.dq_acc, a.dq, groups, a.softmax_scale, a.status);
+  return cudaGetLastError();
+}
+
+// The stored dS: the documents' bases, then per slab of `slab` kv heads the
+// dK/dV pass (writes the slab's dS) and the dQ GEMM (reads it); the next slab's dK/dV waits
+// for this slab's GEMM in stream order, so one buffer serves every slab.
+template <int D, bool kMixed>
+cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t* doc_base, cudaStream_t stream) {
+  constexpr int kDkdvSmem = DkdvSmem<D, kMixed, false, true>::kAlloc, kDqSmem = DqStoredSmem<D, kMixed>::kAlloc;
+  cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false, true>), kDkdvSmem);
+  if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_stored_kernel<D, kMixed>), kDqSmem);
+  if (err != cudaSuccess) return err;
+  ds_doc_bases<<<1, 1024, 0, stream>>>(a.cu_seqlens, num_docs, a.total_tokens, a.causal, doc_base);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  a.ds_doc_base = doc_base;
+  const int group = a.hq / a.hkv;
+  for (int hk0 = 0; hk0 < a.hkv; hk0 += slab) {
+    a.ds_hk0 = hk0;
+    a.ds_hkv = std::min(slab, a.hkv - hk0);
+    dkdv_kernel<D, kMixed, false, true>
+        <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    dq_stored_kernel<D, kMixed>
+        <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv * group), kDqThreads, kDqSmem, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+// The maps of the streamed tiles. Row tiles: 64 tokens of one head of a natural [T][H][D]
+// copy, box {D, 1, 64}, D-byte swizzle (the fast forward's q8 map). Column tiles: D rows of
+// 64 token positions of one head of a transposed [H * D][Tpad] copy, box {64, D}, 64-byte
+// swizzle (the fast forward's vt8 map with 64-position boxes).
+cudaError_t encode_row_map(CUtensorMap* map, const uint8_t* codes, int64_t total_tokens, int heads, int head_dim) {
+  const uint64_t D = uint64_t(head_dim);
+  const uint64_t dims[3] = {D, uint64_t(heads), uint64_t(total_tokens)}, strides[2] = {D, uint64_t(heads) * D};
+  const uint32_t box[3] = {uint32_t(D), 1, uint32_t(kTileTokens)};
+  return encode_u8_map(map, codes, 3, dims, strides, box, head_dim);
+}
+// elem_bytes 2: a BF16 copy (fp8_mixed's qt, kt), mapped as bytes: 128-byte boxes, 128-byte
+// swizzle, x coordinates in bytes.
+cudaError_t encode_col_map(CUtensorMap* map, const uint8_t* codes, int64_t tpad, int heads, int head_dim,
+                           int elem_bytes = 1) {
+  const uint64_t row = uint64_t(tpad) * uint64_t(elem_bytes);
+  const uint64_t dims[2] = {row, uint64_t(heads) * uint64_t(head_dim)}, strides[1] = {row};
+  const uint32_t box[2] = {uint32_t(kTileTokens * elem_bytes), uint32_t(head_dim)};
+  return encode_u8_map(map, codes, 2, dims, strides, box, kTileTokens * elem_bytes);
+}
+
+// The step of this thread's last backward that returned an error (backward_failed_step).
+thread_local const char* t_failed_step = "";
+
+cudaError_t failed(const char* step, cudaError_t err) {
+  t_failed_step = step;
+  return err;
+}
+
+
+}  // namespace
+}  // namespace bwd
+
+const char* backward_failed_step() { return bwd::t_failed_step; }
+
+cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
+                     const void* out, const float* lse, const void* qkv8, void* workspace,
+                     size_t workspace_bytes, void* dq, void* dk, void* dv) {
+  using namespace bwd;
+  t_failed_step = "";
+  if (p.total_tokens == 0) return cudaSuccess;
+  if (p.head_dim != 64 && p.head_dim != 128) return failed("head_dim", cudaErrorInvalidValue);
+  const bool mixed = p.recipe == FLAMIA_RECIPE_FP8_MIXED;
+  if (!quant::rows_16b_aligned(dout, dout_stride_t, dout_stride_h) ||
+      !quant::rows_16b_aligned(out, dout_stride_t, dout_stride_h))
+    return failed("dout and out rows 16-byte aligned", cudaErrorInvalidValue);
+  const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
+                                              p.recipe, true);
+  // The fused dQ: selected, and no q_start (its rows before q_start would be written).
+  const bool fused_selected = backward_dq_fused(p.recipe, p.head_dim);
+  const bool fused = fused_selected && p.q_start == nullptr;
+  // The stored dS where it is on and the workspace holds it (the caller sized it with
+  // backward_workspace_bytes_for); else the dQ pass, which needs no more than
+  // backward_workspace_bytes.
+  StoredDsPlan plan =
+      stored_ds_plan(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, p.max_seqlen, p.causal);
+  if (plan.slab > 0 && quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe,
+                                                       fused_selected, plan.bytes)
+                               .bytes > workspace_bytes)
+    plan = StoredDsPlan{};
+  const bool stored = plan.slab > 0;
+  const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
+                                                         p.recipe, fused_selected, plan.bytes);
+  uint8_t* ws = static_cast<uint8_t*>(workspace);
+  const uint8_t* base = static_cast<const uint8_t*>(qkv8);
+
+  // The maps first: a failing encode returns before anything is launched.
+  BwdArgs a{};
+  a.q8 = base + layout.q8;
+  a.k8 = base + layout.k8;
+  a.v8 = base + layout.v8;
+  a.do8 = ws + ws_layout.do8;
+  const int64_t T = p.total_tokens;
+  cudaError_t err;
+  if ((err = encode_row_map(&a.q8_rows, a.q8, T, p.hq, p.head_dim)) != cudaSuccess) return failed("tensor map q8", err);
+  if ((err = encode_row_map(&a.do8_rows, a.do8, T, p.hq, p.head_dim)) != cudaSuccess) return failed("tensor map do8", err);
+  if ((err = encode_row_map(&a.k8_rows, a.k8, T, p.hkv, p.head_dim)) != cudaSuccess) return failed("tensor map k8", err);
+  if ((err = encode_row_map(&a.v8_rows, a.v8, T, p.hkv, p.head_dim)) != cudaSuccess) return failed("tensor map v8", err);
+  const int qk_bytes = mixed ? 2 : 1;  // the transposed q, k, dO: BF16 (fp8_mixed) or FP8
+  if ((err = encode_col_map(&a.dot8_cols, ws + ws_layout.dot8, layout.tpad, p.hq, p.head_dim, qk_bytes)) != cudaSuccess)
+    return failed("tensor map dot8", err);
+  // Qᵀ, Kᵀ: fp8_mixed's BF16 copies in qkv8 (the quantizer's), fp8's FP8 ones in the
+  // workspace (transpose_qk_codes, below).
+  const uint8_t* qt = mixed ? base + layout.qt : ws + ws_layout.qt;
+  const uint8_t* kt = mixed ? base + layout.kt : ws + ws_layout.kt;
+  if ((err = encode_col_map(&a.qt_cols, qt, layout.tpad, p.hq, p.head_dim, qk_bytes)) != cudaSuccess)
+    return failed("tensor map qt", err);
+  if ((err = encode_col_map(&a.kt_cols, kt, layout.tpad, p.hkv, p.head_dim, qk_bytes)) != cudaSuccess)
+    return failed("tensor map kt", err);
+  a.sq = reinterpret_cast<const float*>(base + layout.sq);
+  a.sk = reinterpret_cast<const float*>(base + layout.sk);
+  a.sv = reinterpret_cast<const float*>(base + layout.sv);
+  a.sdo = reinterpret_cast<const float*>(ws + ws_layout.sdo);
+  a.dvec = reinterpret_cast<const float*>(ws + ws_layout.dvec);
+  a.lse2 = reinterpret_cast<const float*>(ws + ws_layout.lse2);
+  a.status = reinterpret_cast<const guard::DeviceError*>(ws + ws_layout.status);
+  a.cu_seqlens = p.cu_seqlens;
+  a.q_start = p.q_start;
+  a.work = work_list(base, layout, layout.fwd_work);
+  a.dq = static_cast<uint16_t*>(dq);
+  a.dq_acc = fused ? reinterpret_cast<float*>(ws + ws_layout.dq_acc) : nullptr;
+  int64_t* ds_doc_base = nullptr;
+  int ds_slab = 0;
+  if (stored) {
+    ds_doc_base = reinterpret_cast<int64_t*>(ws + ws_layout.ds);
+    a.ds = ws + ws_layout.ds + plan.base_bytes;
+    a.ds_head_tiles = plan.head_tiles;
+    ds_slab = plan.slab;
+  }
+  a.dk = static_cast<uint16_t*>(dk);
+  a.dv = static_cast<uint16_t*>(dv);
+  a.total_tokens = p.total_tokens;
+  a.hq = p.hq;
+  a.hkv = p.hkv;
+  a.causal = p.causal;
+  a.c = p.softmax_scale * kLog2e;
+  a.softmax_scale = p.softmax_scale;
+
+  if ((err = quant::quantize_dout(p, dout, dout_stride_t, dout_stride_h, out, lse, base, layout, ws, ws_layout)) !=
+      cudaSuccess)
+    return failed("quantize_dout", err);
+  if (!mixed && (err = quant::transpose_qk_codes(p, base, layout, ws, ws_layout)) != cudaSuccess)
+    return failed("transpose_qk_codes", err);
+  if (fused)
+    err = launch_backward_fused_dq(a, p.stream);
+  else if (stored)
+    err = p.head_dim == 64
+              ? (mixed ? launch_backward_stored_dq<64, true>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
+                       : launch_backward_stored_dq<64, false>(a, p.num_docs, ds_slab, ds_doc_base, p.stream))
+              : (mixed ? launch_backward_stored_dq<128, true>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
+                       : launch_backward_stored_dq<128, false>(a, p.num_docs, ds_slab, ds_doc_base, p.stream));
+  else if (p.head_dim == 64)
+    err = mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
+  else
+    err = mixed ? launch_backward<128, true>(a, p.stream) : launch_backward<128, false>(a, p.stream);
+  return err == cudaSuccess ? err : failed("the dK/dV and dQ kernels (attributes, launches)", err);
+}
+
+}  // namespace sm90
+}  // namespace flamia
