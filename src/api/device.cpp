@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include "quantize/quantize.cuh"
 #include "sm90/sm90.h"
 #endif
 
@@ -189,7 +190,7 @@ Status check_qkv8_fingerprint(const Problem& p, const flamia_attention_args& a, 
                                          cudaMemcpyDeviceToHost, stream),
                          "cudaMemcpyAsync(cu_seqlens)"));
   uint64_t stored = 0;
-  FLAMIA_TRY(cuda_status(sm90::read_qkv8_fingerprint(make_params(p, a), qkv8, &stored), "read qkv8 fingerprint"));
+  FLAMIA_TRY(cuda_status(quant::read_qkv8_fingerprint(make_params(p, a), qkv8, &stored), "read qkv8 fingerprint"));
   const uint64_t want = guard::fingerprint(
       cu.data(), p.num_docs, guard::shape_fingerprint(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe));
   if (stored == want) return Status::success();
@@ -213,7 +214,7 @@ Status device_quantize(const Problem& p, const flamia_attention_args& a, void* q
   FLAMIA_TRY(prepare(p, a, guard));
   if (p.total_tokens == 0) return Status::success();
   mark_used(p.device);
-  return cuda_status(sm90::quantize_qkv(make_params(p, a), qkv8, for_backward), "quantize_qkv");
+  return cuda_status(quant::quantize_qkv(make_params(p, a), qkv8, for_backward), "quantize_qkv");
 }
 
 Status device_forward(const Problem& p, const flamia_attention_args& a, const flamia_tensor& out,
@@ -235,11 +236,11 @@ Status device_forward(const Problem& p, const flamia_attention_args& a, const fl
   // The first kernel validates cu_seqlens on the device (and, filled, the fingerprint);
   // the last fills out and lse with NaN if it found a fault (sm90.h).
   if (!qkv8_filled)
-    FLAMIA_TRY(cuda_status(sm90::quantize_qkv(params, qkv8, for_backward), "quantize_qkv"));
+    FLAMIA_TRY(cuda_status(quant::quantize_qkv(params, qkv8, for_backward), "quantize_qkv"));
   else
-    FLAMIA_TRY(cuda_status(sm90::check_qkv8(params, qkv8), "check_qkv8"));
+    FLAMIA_TRY(cuda_status(quant::check_qkv8(params, qkv8), "check_qkv8"));
   FLAMIA_TRY(cuda_status(sm90::forward(params, qkv8, out.data, static_cast<float*>(lse.data)), "forward"));
-  return cuda_status(sm90::poison_forward(params, qkv8, out.data, static_cast<float*>(lse.data)), "poison_forward");
+  return cuda_status(quant::poison_forward(params, qkv8, out.data, static_cast<float*>(lse.data)), "poison_forward");
 }
 
 Status device_backward(const Problem& p, const flamia_attention_args& a, const flamia_tensor& dout,
@@ -280,7 +281,7 @@ Status device_backward(const Problem& p, const flamia_attention_args& a, const f
                                          out.data, static_cast<const float*>(lse.data), qkv8, workspace,
                                          workspace_bytes, dq.data, dk.data, dv.data);
   FLAMIA_TRY(cuda_status(bwd, (std::string("backward (") + sm90::backward_failed_step() + ")").c_str()));
-  return cuda_status(sm90::poison_backward(params, workspace, dq.data, dk.data, dv.data), "poison_backward");
+  return cuda_status(quant::poison_backward(params, workspace, dq.data, dk.data, dv.data), "poison_backward");
 }
 
 namespace {
@@ -297,7 +298,7 @@ Status take_errors_of(int device) {
   DeviceGuard on_device;
   FLAMIA_TRY(on_device.enter(device));
   guard::DeviceError e{};
-  FLAMIA_TRY(cuda_status(sm90::take_sticky_error(&e), "reading the device error record"));
+  FLAMIA_TRY(cuda_status(quant::take_sticky_error(&e), "reading the device error record"));
   if (e.fault == guard::kNone) return Status::success();
   return Status::invalid(device_name(device) + ": " + describe_fault(e) + " [recorded on the device by " +
                          stage_name(e.stage) + "; that call's outputs were filled with NaN]");

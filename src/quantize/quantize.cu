@@ -28,10 +28,10 @@
 
 #include <type_traits>
 
+#include "common/convert.cuh"
 #include "flamia/formats.h"
 #include "quantize/guard.cuh"
 #include "quantize/work_list.cuh"
-#include "sm90/ptx.cuh"
 
 namespace flamia {
 namespace quant {
@@ -121,8 +121,8 @@ __device__ __forceinline__ uint2 quantize_bf16x8(uint4 v, float inv_scale) {
     f[2 * i] = __fmul_rn(bf16_lo(w[i]), inv_scale);
     f[2 * i + 1] = __fmul_rn(bf16_hi(w[i]), inv_scale);
   }
-  return make_uint2(sm90::ptx::pack_e4m3x4(f[0], f[1], f[2], f[3]),
-                    sm90::ptx::pack_e4m3x4(f[4], f[5], f[6], f[7]));
+  return make_uint2(cvt::pack_e4m3x4(f[0], f[1], f[2], f[3]),
+                    cvt::pack_e4m3x4(f[4], f[5], f[6], f[7]));
 }
 
 __device__ __forceinline__ float dot_bf16x8(uint4 a, uint4 b) {
@@ -417,7 +417,7 @@ QuantTensor source(const void* x, int64_t stride_t, int64_t stride_h, int heads)
   return t;
 }
 
-guard::GuardArgs make_guard(const sm90::Params& p, guard::FingerprintMode mode, uint64_t* fingerprint,
+guard::GuardArgs make_guard(const DeviceCall& p, guard::FingerprintMode mode, uint64_t* fingerprint,
                             guard::DeviceError* status, int32_t stage) {
   guard::GuardArgs g;
   g.cu = p.cu_seqlens;
@@ -475,7 +475,7 @@ constexpr uint32_t kF32Nan = 0x7fc00000u;
 
 }  // namespace
 
-cudaError_t quantize_dout(const sm90::Params& p, const void* dout, int64_t stride_t,
+cudaError_t quantize_dout(const DeviceCall& p, const void* dout, int64_t stride_t,
                           int64_t stride_h, const void* out, const float* lse, const uint8_t* qkv8,
                           const Qkv8Layout& qkv8_layout, uint8_t* workspace,
                           const BwdWorkspaceLayout& layout) {
@@ -505,7 +505,7 @@ cudaError_t quantize_dout(const sm90::Params& p, const void* dout, int64_t strid
   return launch_quantize<true>(batch, p.head_dim, p.stream);
 }
 
-cudaError_t transpose_qk_codes(const sm90::Params& p, const uint8_t* qkv8, const Qkv8Layout& qkv8_layout,
+cudaError_t transpose_qk_codes(const DeviceCall& p, const uint8_t* qkv8, const Qkv8Layout& qkv8_layout,
                                uint8_t* workspace, const BwdWorkspaceLayout& layout) {
   if (p.total_tokens == 0) return cudaSuccess;
   TransposeBatch b;
@@ -524,11 +524,7 @@ cudaError_t transpose_qk_codes(const sm90::Params& p, const uint8_t* qkv8, const
   return cudaGetLastError();
 }
 
-}  // namespace quant
-
-namespace sm90 {
-
-cudaError_t check_qkv8(const Params& p, void* qkv8) {
+cudaError_t check_qkv8(const DeviceCall& p, void* qkv8) {
   if (p.total_tokens == 0) return cudaSuccess;
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, false);
   uint8_t* base = static_cast<uint8_t*>(qkv8);
@@ -542,7 +538,7 @@ cudaError_t check_qkv8(const Params& p, void* qkv8) {
   return cudaGetLastError();
 }
 
-cudaError_t poison_forward(const Params& p, const void* qkv8, void* out, float* lse) {
+cudaError_t poison_forward(const DeviceCall& p, const void* qkv8, void* out, float* lse) {
   if (p.total_tokens == 0) return cudaSuccess;
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, false);
   quant::PoisonArgs a{};
@@ -552,7 +548,7 @@ cudaError_t poison_forward(const Params& p, const void* qkv8, void* out, float* 
   return quant::launch_poison(a, p.stream);
 }
 
-cudaError_t poison_backward(const Params& p, const void* workspace, void* dq, void* dk, void* dv) {
+cudaError_t poison_backward(const DeviceCall& p, const void* workspace, void* dq, void* dk, void* dv) {
   if (p.total_tokens == 0) return cudaSuccess;
   const auto layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe);
   quant::PoisonArgs a{};
@@ -573,14 +569,14 @@ cudaError_t take_sticky_error(guard::DeviceError* out) {
   return cudaMemcpyToSymbol(guard::g_sticky, &none, sizeof(guard::DeviceError));
 }
 
-cudaError_t read_qkv8_fingerprint(const Params& p, const void* qkv8, uint64_t* fingerprint) {
+cudaError_t read_qkv8_fingerprint(const DeviceCall& p, const void* qkv8, uint64_t* fingerprint) {
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, false);
   const cudaError_t e = cudaMemcpyAsync(fingerprint, static_cast<const uint8_t*>(qkv8) + layout.fingerprint,
                                         sizeof(uint64_t), cudaMemcpyDeviceToHost, p.stream);
   return e != cudaSuccess ? e : cudaStreamSynchronize(p.stream);
 }
 
-cudaError_t quantize_qkv(const Params& p, void* qkv8, bool for_backward) {
+cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward) {
   if (p.total_tokens == 0) return cudaSuccess;
   if (!quant::rows_16b_aligned(p.q, p.q_stride_t, p.q_stride_h) ||
       !quant::rows_16b_aligned(p.k, p.k_stride_t, p.k_stride_h) ||
@@ -627,5 +623,5 @@ cudaError_t quantize_qkv(const Params& p, void* qkv8, bool for_backward) {
                          : quant::launch_quantize<false>(batch, p.head_dim, p.stream);
 }
 
-}  // namespace sm90
+}  // namespace quant
 }  // namespace flamia

@@ -8,29 +8,14 @@
 
 #include <cuda_runtime.h>
 
+#include "common/device_call.h"
 #include "flamia/flamia.h"
-#include "quantize/guard.h"
 
 namespace flamia {
 namespace sm90 {
 
-// One packed problem on the device. Strides are in elements; the head_dim axis is
-// contiguous. q/k/v may be strided views (e.g. of a fused qkv tensor).
-struct Params {
-  const void* q; int64_t q_stride_t, q_stride_h;   // bf16 [T, Hq, D]
-  const void* k; int64_t k_stride_t, k_stride_h;   // bf16 [T, Hkv, D]
-  const void* v; int64_t v_stride_t, v_stride_h;   // bf16 [T, Hkv, D]
-  const int32_t* cu_seqlens;                       // [num_docs + 1], device
-  const int32_t* q_start;                          // [num_docs] or null (flamia.h)
-  int num_docs;
-  int64_t total_tokens;
-  int max_seqlen;
-  int hq, hkv, head_dim;
-  bool causal;
-  float softmax_scale;                             // resolved (never 0)
-  flamia_recipe recipe;
-  cudaStream_t stream;
-};
+// The call as the kernels receive it (common/device_call.h).
+using Params = DeviceCall;
 
 // Key-tile size of the forward kernel this process runs (FLAMIA_FORWARD_KERNEL selects it;
 // common/tiles.h): the specification must use the same to be compared bit for bit.
@@ -50,9 +35,6 @@ size_t backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int hq, 
 // it is on (stored_ds_plan), which depends on max_seqlen and causal.
 size_t backward_workspace_bytes_for(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                                     flamia_recipe recipe, int max_seqlen, bool causal);
-
-// Fused quantizer: q, k, v -> every FP8 layout the kernels read, plus per-token scales.
-cudaError_t quantize_qkv(const Params& p, void* qkv8, bool for_backward);
 
 // out: dense bf16 [T, Hq, D]; lse: fp32 [Hq, T].
 cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse);
@@ -86,23 +68,6 @@ StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int 
 cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, int64_t dout_stride_h,
                      const void* out, const float* lse, const void* qkv8, void* workspace,
                      size_t workspace_bytes, void* dq, void* dk, void* dv);
-
-// ---- hostile-input guard (quantize/guard.h) ------------------------------------------
-// Block 0 of quantize_qkv (and of the backward's dO quantizer) validates cu_seqlens on the
-// device; on a fault it records it in the call's status word and the device's sticky record
-// and zeroes the work-list count, so the attention kernels do nothing.
-
-// Forward on a filled qkv8: the same validation plus a comparison of the fingerprint stored
-// by quantize_qkv; a mismatch rejects the buffer until it is quantized again.
-cudaError_t check_qkv8(const Params& p, void* qkv8);
-// Last kernel of a forward / backward: NaN into every output when the call's status records
-// a fault (a no-op otherwise).
-cudaError_t poison_forward(const Params& p, const void* qkv8, void* out, float* lse);
-cudaError_t poison_backward(const Params& p, const void* workspace, void* dq, void* dk, void* dv);
-// The current device's sticky record, then cleared (synchronises the device).
-cudaError_t take_sticky_error(guard::DeviceError* out);
-// The fingerprint stored in qkv8 (synchronises p.stream; checking mode only).
-cudaError_t read_qkv8_fingerprint(const Params& p, const void* qkv8, uint64_t* fingerprint);
 
 // True when a device of compute capability 9.0 is present and usable.
 bool device_supported();

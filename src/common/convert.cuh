@@ -1,0 +1,33 @@
+// Float -> E4M3 and -> BF16 packs as single PTX conversions, shared by the quantizer and the
+// attention kernels (sm_89+ for E4M3).
+#pragma once
+
+#include <cstdint>
+
+namespace flamia {
+namespace cvt {
+
+// Four floats -> four E4M3 bytes (round to nearest even, saturate to +-448, NaN stays NaN);
+// byte i of the result is x_i. cvt puts its first source in the upper byte, hence the order.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
+  uint32_t r;
+  asm("{\n"
+      ".reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n"
+      "}\n"
+      : "=r"(r)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
+}
+
+// Two floats -> two BF16 (round to nearest even); lo in the low half.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %2, %1;\n" : "=r"(r) : "f"(lo), "f"(hi));
+  return r;
+}
+
+}  // namespace cvt
+}  // namespace flamia
