@@ -10,7 +10,9 @@
 # executed count and stall samples by reason), kept as sass_KERNEL.csv and summarized by
 # tools/stall_summary.py (the most-stalled instructions, the samples per opcode).
 # WORKLOAD (default fixed-16k) and RECIPE (default fp8) pick what flamia_bench runs; the
-# per-score count is printed for fixed-16k only.
+# per-score count is printed for fixed-16k only. fp8_mixed at head dim 128 stores dS by
+# default, so its dQ is dq_stored_kernel (KERNELS="dkdv_kernel dq_stored_kernel"), or
+# dq_kernel with FLAMIA_BWD_DQ=recompute.
 set -uo pipefail
 WORKLOAD=${WORKLOAD:-fixed-16k}
 RECIPE=${RECIPE:-fp8}
