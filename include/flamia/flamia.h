@@ -124,7 +124,9 @@ size_t flamia_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int
  * recipe fp8 also the transposed FP8 q and k, which qkv8 does not keep). Enough for every
  * call, but without room for the stored dS that makes fp8_mixed's backward at head dim 128
  * faster (then it recomputes dS for dQ): flamia_backward_workspace_bytes_for sizes that.
- * Not enough with FLAMIA_BWD_DQ=hbm, which requires the stored dS. */
+ * Not enough with FLAMIA_BWD_DQ=hbm, which requires the stored dS. Returns 0 on invalid
+ * sizes, when FLAMIA_BWD_DQ holds a value that is no option (flamia_last_error() says why),
+ * and in a build without CUDA. */
 size_t flamia_backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv,
                                        int32_t head_dim, flamia_recipe recipe);
 
@@ -135,8 +137,9 @@ size_t flamia_backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, i
  * slabs of kv heads of at most FLAMIA_BWD_DS_MIB MiB (default 1024, at least one kv head),
  * bounded from max_seqlen and causal. The backward uses the stored dS when the workspace it
  * is given is at least this size; the gradients are bitwise the same either way. Validates
- * args as flamia_backward does; 0 for host calls (no workspace), for invalid args
- * (flamia_last_error() says why) and in a build without CUDA. */
+ * args as flamia_backward does; 0 for host calls (no workspace), for invalid args or a
+ * FLAMIA_BWD_DQ that is no option (flamia_last_error() says why) and in a build without
+ * CUDA. */
 size_t flamia_backward_workspace_bytes_for(const flamia_attention_args* args);
 
 /* Quantize q, k, v into qkv8 (one fused pass). Lets a caller quantize once and reuse.

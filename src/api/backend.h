@@ -28,6 +28,10 @@ Status device_backward(const Problem& p, const flamia_attention_args& a, const f
                        size_t qkv8_bytes, void* workspace, size_t workspace_bytes, const flamia_tensor& dq,
                        const flamia_tensor& dk, const flamia_tensor& dv);
 
+// The run-time switches the backward reads (FLAMIA_BWD_DQ): an error naming the variable when
+// one holds a value that is no option, so that a typo fails at the size query already.
+Status device_check_options();
+
 // Buffer sizes of the GPU path (0 without CUDA: there is no device buffer to size).
 size_t device_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                          flamia_recipe recipe, bool for_backward);

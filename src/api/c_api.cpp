@@ -88,6 +88,7 @@ size_t flamia_backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, i
   size_t bytes = 0;
   guarded([&] {
     FLAMIA_TRY(flamia::api::validate_sizes(total_tokens, num_docs, hq, hkv, head_dim, recipe));
+    FLAMIA_TRY(flamia::api::device_check_options());
     bytes = flamia::api::device_workspace_bytes(total_tokens, num_docs, hq, hkv, head_dim, recipe);
     return Status::success();
   });
@@ -100,7 +101,9 @@ size_t flamia_backward_workspace_bytes_for(const flamia_attention_args* args) {
     flamia::api::Problem p;
     // As flamia_backward: device q, k, v may come without data.
     FLAMIA_TRY(flamia::api::validate_args(args, &p, args && args->q.device != FLAMIA_DEVICE_HOST));
-    if (!p.on_host()) bytes = flamia::api::device_workspace_bytes_for(p);
+    if (p.on_host()) return Status::success();  // host calls take no workspace
+    FLAMIA_TRY(flamia::api::device_check_options());
+    bytes = flamia::api::device_workspace_bytes_for(p);
     return Status::success();
   });
   return bytes;

@@ -249,9 +249,7 @@ Status device_backward(const Problem& p, const flamia_attention_args& a, const f
                        const flamia_tensor& dk, const flamia_tensor& dv) {
   FLAMIA_TRY(validate_buffer("qkv8", "qkv8_bytes", qkv8, qkv8_bytes, qkv8_need(p, true),
                              "flamia_qkv8_bytes(..., for_backward = 1)"));
-  if (!sm90::backward_dq_option_valid())
-    return Status::invalid(std::string("FLAMIA_BWD_DQ: '") + std::getenv("FLAMIA_BWD_DQ") +
-                           "' is not one of auto (the default), recompute, hbm, fused");
+  FLAMIA_TRY(device_check_options());
   // The stored dS (fp8_mixed at D = 128 by default) runs where the workspace holds it, so the
   // plain size suffices unless FLAMIA_BWD_DQ=hbm demands it.
   const bool stored_required = sm90::backward_dq_stored_required();
@@ -317,6 +315,12 @@ Status device_take_errors(int device) {
   return first;
 }
 
+Status device_check_options() {
+  if (sm90::backward_dq_option_valid()) return Status::success();
+  return Status::invalid(std::string("FLAMIA_BWD_DQ: '") + std::getenv("FLAMIA_BWD_DQ") +
+                         "' is not one of auto (the default), recompute, hbm, fused");
+}
+
 size_t device_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                          flamia_recipe recipe, bool for_backward) {
   return sm90::qkv8_bytes(total_tokens, num_docs, hq, hkv, head_dim, recipe, for_backward);
@@ -363,6 +367,8 @@ Status device_take_errors(int device) {
   return Status::unsupported("device: cuda:" + std::to_string(device) +
                              " requested, but this flamia was built without CUDA");
 }
+
+Status device_check_options() { return Status::success(); }
 
 size_t device_qkv8_bytes(int64_t, int64_t, int, int, int, flamia_recipe, bool) { return 0; }
 size_t device_workspace_bytes(int64_t, int64_t, int, int, int, flamia_recipe) { return 0; }

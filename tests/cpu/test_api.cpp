@@ -635,6 +635,13 @@ TEST(Api, WorkspaceForTheCallSizesTheStoredDs) {
   unsetenv("FLAMIA_BWD_DS_MIB");
   unsetenv("FLAMIA_BWD_DQ");
   EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), fp8) << "the default recomputes fp8's dS";
+  // A value that is no option fails at the size queries already, naming the variable.
+  setenv("FLAMIA_BWD_DQ", "stored", 1);
+  EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), 0u);
+  EXPECT_NE(std::string(flamia_last_error()).find("FLAMIA_BWD_DQ: 'stored'"), std::string::npos) << flamia_last_error();
+  EXPECT_EQ(flamia_backward_workspace_bytes(1000, 3, 8, 2, 128, FLAMIA_RECIPE_FP8), 0u);
+  EXPECT_NE(std::string(flamia_last_error()).find("FLAMIA_BWD_DQ"), std::string::npos) << flamia_last_error();
+  unsetenv("FLAMIA_BWD_DQ");
   // Host calls need no workspace; invalid arguments give 0 and name what is wrong.
   EXPECT_EQ(flamia_backward_workspace_bytes_for(&c.args), 0u);
   EXPECT_EQ(flamia_backward_workspace_bytes_for(nullptr), 0u);
