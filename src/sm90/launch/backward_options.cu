@@ -33,7 +33,7 @@ bool backward_dq_fused(flamia_recipe recipe, int head_dim) {
 }
 
 // auto: fp8_mixed at D = 128 only, where storing measured faster than recomputing on every
-// workload (docs/PERFORMANCE.md v44-v46); fp8 and D = 64 lose (v44).
+// workload (docs/PERFORMANCE.md v44-v46); fp8 and D = 64 lose, with any slab size (v44, v47).
 bool backward_dq_stored(flamia_recipe recipe, int head_dim) {
   if (dq_option_is("hbm")) return true;
   return (dq_option_is("") || dq_option_is("auto")) && recipe == FLAMIA_RECIPE_FP8_MIXED && head_dim == 128;
