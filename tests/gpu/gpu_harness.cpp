@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -127,6 +128,12 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   }
   return *this;
 }
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (value != nullptr) setenv(name, value, 1);
+  else unsetenv(name);
+}
+ScopedEnv::~ScopedEnv() { unsetenv(name_.c_str()); }
 
 flamia_tensor view(void* data, flamia_dtype dt, std::vector<int64_t> shape, int32_t device) {
   flamia_tensor t{};

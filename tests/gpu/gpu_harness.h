@@ -90,6 +90,20 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Sets an environment variable (value null: unsets it) for the scope, unset again after: the
+// library reads its run-time switches (FLAMIA_CHECK, FLAMIA_BWD_DQ, ...) at every call, and a
+// runner built inside the scope sizes its workspace for them.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+};
+
 // A dense [d0, d1, d2] (or 1-D / 2-D) tensor view.
 flamia_tensor view(void* data, flamia_dtype dt, std::vector<int64_t> shape, int32_t device);
 

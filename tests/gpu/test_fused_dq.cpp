@@ -22,13 +22,6 @@
 namespace flamia_gpu_test {
 namespace {
 
-// Sets FLAMIA_BWD_DQ for the scope (runners built inside size their workspace for it).
-class DqEnv {
- public:
-  explicit DqEnv(const char* value) { setenv("FLAMIA_BWD_DQ", value, 1); }
-  ~DqEnv() { unsetenv("FLAMIA_BWD_DQ"); }
-};
-
 // Largest |a - b| over |b| + 2^-10 (BF16's last place near 1 is 2^-7), and the count of
 // non-finite values of a.
 struct DqAgreement {
@@ -75,12 +68,12 @@ TEST_P(FusedDq, DkDvBitwiseDqToRounding) {
   // Against the dQ pass (the default would store dS here, with the same bits).
   std::unique_ptr<GpuRunner> r0;
   {
-    DqEnv recompute("recompute");
+    ScopedEnv recompute("FLAMIA_BWD_DQ", "recompute");
     r0 = std::make_unique<GpuRunner>(c);
     ASSERT_EQ(r0->forward_backward(in, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
   }
   {
-    DqEnv fused("fused");
+    ScopedEnv fused("FLAMIA_BWD_DQ", "fused");
     GpuRunner r1(c);
     ASSERT_GT(r1.workspace_bytes(), r0->workspace_bytes()) << "the fused dQ's accumulator is in the workspace";
     ASSERT_EQ(r1.forward_backward(in, &f1, &b1), FLAMIA_SUCCESS) << flamia_last_error();
@@ -115,7 +108,7 @@ TEST(FusedDqQStart, FallsBackToTheDeterministicPass) {
   BwdResult b0, b1;
   GpuRunner r0(c);
   ASSERT_EQ(r0.forward_backward(in, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
-  DqEnv fused("fused");
+  ScopedEnv fused("FLAMIA_BWD_DQ", "fused");
   GpuRunner r1(c);
   ASSERT_EQ(r1.forward_backward(in, &f1, &b1), FLAMIA_SUCCESS) << flamia_last_error();
   EXPECT_EQ(b1.dq, b0.dq);

@@ -19,13 +19,8 @@
 namespace flamia_gpu_test {
 namespace {
 
-class ScopedCheck {
- public:
-  explicit ScopedCheck(bool on) {
-    if (on) setenv("FLAMIA_CHECK", "1", 1);
-    else unsetenv("FLAMIA_CHECK");
-  }
-  ~ScopedCheck() { unsetenv("FLAMIA_CHECK"); }
+struct ScopedCheck : ScopedEnv {
+  explicit ScopedCheck(bool on) : ScopedEnv("FLAMIA_CHECK", on ? "1" : nullptr) {}
 };
 
 bool all_nan(const std::vector<uint16_t>& x) {
@@ -104,6 +99,16 @@ class HostileSmall : public ::testing::Test {
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
     return st;
   }
+  // Case c's inputs with the hostile cu_seqlens on the device and zeroed outputs, through one
+  // step whose calls must all succeed: the device records the fault, the host sees none.
+  static void step_with_hostile_cu(GpuRunner& r, const Case& c, const std::vector<int32_t>& cu,
+                                   bool self_quantize) {
+    r.upload(make_inputs(c, 1));
+    set_cu(r, cu);
+    zero_outputs(r);
+    std::string msg;
+    for (flamia_status s : step(r, self_quantize, &msg)) EXPECT_EQ(s, FLAMIA_SUCCESS) << msg;
+  }
   static void expect_recorded(const std::string& message) {
     ASSERT_EQ(flamia_check_errors(-1), FLAMIA_ERROR_INVALID_ARGUMENT) << "no fault recorded";
     const std::string got = flamia_last_error();
@@ -132,11 +137,7 @@ TEST_F(HostileSmall, IssueInputsDefaultModeGiveNaNAndARecordedError) {
                                       << (self_quantize ? " self-quantizing" : " quantize + filled"));
       const Case c = issue_case(int(h.cu.size()) - 1);
       GpuRunner r(c);
-      r.upload(make_inputs(c, 1));
-      set_cu(r, h.cu);
-      zero_outputs(r);
-      std::string msg;
-      for (flamia_status s : step(r, self_quantize, &msg)) EXPECT_EQ(s, FLAMIA_SUCCESS) << msg;
+      step_with_hostile_cu(r, c, h.cu, self_quantize);
       FwdResult f;
       BwdResult b;
       r.download_fwd(&f);
@@ -153,24 +154,21 @@ TEST_F(HostileSmall, IssueInputsDefaultModeGiveNaNAndARecordedError) {
 // nothing written outside the buffers (memcheck).
 TEST_F(HostileSmall, IssueInputsWithTheStoredDsGiveNaNAndARecordedError) {
   ScopedCheck check(false);
-  setenv("FLAMIA_BWD_DQ", "hbm", 1);
-  for (const flamia_recipe recipe : {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED})
-    for (const Hostile& h : kIssueInputs) {
-      SCOPED_TRACE(testing::Message() << "cu_seqlens " << ::testing::PrintToString(h.cu) << " recipe " << recipe);
-      Case c = issue_case(int(h.cu.size()) - 1);
-      c.recipe = recipe;
-      GpuRunner r(c);
-      r.upload(make_inputs(c, 1));
-      set_cu(r, h.cu);
-      zero_outputs(r);
-      std::string msg;
-      for (flamia_status s : step(r, false, &msg)) EXPECT_EQ(s, FLAMIA_SUCCESS) << msg;
-      BwdResult b;
-      r.download_bwd(&b);
-      EXPECT_TRUE(all_nan(b.dq) && all_nan(b.dk) && all_nan(b.dv)) << "dQ / dK / dV not all NaN";
-      expect_recorded(h.message);
-    }
-  unsetenv("FLAMIA_BWD_DQ");
+  {
+    ScopedEnv hbm("FLAMIA_BWD_DQ", "hbm");
+    for (const flamia_recipe recipe : {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED})
+      for (const Hostile& h : kIssueInputs) {
+        SCOPED_TRACE(testing::Message() << "cu_seqlens " << ::testing::PrintToString(h.cu) << " recipe " << recipe);
+        Case c = issue_case(int(h.cu.size()) - 1);
+        c.recipe = recipe;
+        GpuRunner r(c);
+        step_with_hostile_cu(r, c, h.cu, false);
+        BwdResult b;
+        r.download_bwd(&b);
+        EXPECT_TRUE(all_nan(b.dq) && all_nan(b.dk) && all_nan(b.dv)) << "dQ / dK / dV not all NaN";
+        expect_recorded(h.message);
+      }
+  }
   expect_usable();
 }
 

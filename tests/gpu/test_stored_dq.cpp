@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -22,26 +23,9 @@
 namespace flamia_gpu_test {
 namespace {
 
-// Sets FLAMIA_BWD_DQ (null: unset) for the scope, and FLAMIA_BWD_DS_MIB (the stored tiles'
-// budget) if given; runners built inside size their workspace for it.
-class DqEnv {
- public:
-  explicit DqEnv(const char* dq, const char* mib = nullptr) : mib_(mib != nullptr) {
-    if (dq != nullptr) setenv("FLAMIA_BWD_DQ", dq, 1);
-    else unsetenv("FLAMIA_BWD_DQ");
-    if (mib_) setenv("FLAMIA_BWD_DS_MIB", mib, 1);
-  }
-  ~DqEnv() {
-    unsetenv("FLAMIA_BWD_DQ");
-    if (mib_) unsetenv("FLAMIA_BWD_DS_MIB");
-  }
-
- private:
-  bool mib_;
-};
-
-struct StoredDqEnv : DqEnv {
-  explicit StoredDqEnv(const char* mib) : DqEnv("hbm", mib) {}
+// FLAMIA_BWD_DQ for the scope (null: unset); runners built inside size their workspace for it.
+struct DqEnv : ScopedEnv {
+  explicit DqEnv(const char* dq) : ScopedEnv("FLAMIA_BWD_DQ", dq) {}
 };
 
 // The recomputing backward and the stored-dS one on the same inputs; mib: the tiles' budget
@@ -56,7 +40,9 @@ void expect_bitwise(const Case& c, uint64_t seed, const char* mib = nullptr) {
     ASSERT_EQ(r0.forward_backward(in, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
   }
   {
-    StoredDqEnv stored(mib);
+    DqEnv stored("hbm");
+    std::optional<ScopedEnv> budget;  // the tiles' budget, where given
+    if (mib != nullptr) budget.emplace("FLAMIA_BWD_DS_MIB", mib);
     GpuRunner r1(c);
     ASSERT_EQ(r1.forward_backward(in, &f1, &b1), FLAMIA_SUCCESS) << flamia_last_error();
   }
