@@ -678,18 +678,14 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   // The fused dQ: selected, and no q_start (its rows before q_start would be written).
   const bool fused_selected = backward_dq_fused(p.recipe, p.head_dim);
   const bool fused = fused_selected && p.q_start == nullptr;
-  // The stored dS where it is on and the workspace holds it (the caller sized it with
-  // backward_workspace_bytes_for); else the dQ pass, which needs no more than
-  // backward_workspace_bytes.
-  StoredDsPlan plan =
+  const StoredDsPlan plan =
       stored_ds_plan(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, p.max_seqlen, p.causal);
-  if (plan.slab > 0 && quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe,
-                                                       fused_selected, plan.bytes)
-                               .bytes > workspace_bytes)
-    plan = StoredDsPlan{};
-  const bool stored = plan.slab > 0;
   const auto ws_layout = quant::BwdWorkspaceLayout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
                                                          p.recipe, fused_selected, plan.bytes);
+  // The stored dS where it is on and the workspace holds it (the caller sized it with
+  // backward_workspace_bytes_for); else the dQ pass, which needs no more than
+  // backward_workspace_bytes: the stored tiles come last, so every other offset is the same.
+  const bool stored = plan.slab > 0 && ws_layout.bytes <= workspace_bytes;
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const uint8_t* base = static_cast<const uint8_t*>(qkv8);
 
