@@ -48,7 +48,8 @@ const char* backward_failed_step();
 bool backward_dq_fused(flamia_recipe recipe, int head_dim);
 // Whether the dK/dV pass stores dQ's operand of every tile pair and a GEMM over it forms dQ:
 // the same bits as the dQ pass, the stored tiles in the workspace, in slabs of kv heads of at
-// most FLAMIA_BWD_DS_MIB MiB (default 1024; at least one kv head). FLAMIA_BWD_DQ unset or
+// most FLAMIA_BWD_DS_MIB MiB (default 2048; at least one kv head; the fewest that give the
+// dK/dV launch ~six waves of CTAs). FLAMIA_BWD_DQ unset or
 // `auto`: fp8_mixed at D = 128, when the workspace passed holds the tiles (otherwise the dQ
 // pass); `hbm`: every call, and the workspace must hold them; `recompute`: never.
 bool backward_dq_stored(flamia_recipe recipe, int head_dim);

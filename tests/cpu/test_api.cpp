@@ -607,7 +607,7 @@ TEST(Api, WorkspaceForTheCallSizesTheStoredDs) {
   // tiles a query head, 19 * 8 = 152 not causal; 8 KB a tile (fp8: 4 KB of codes + 256 B).
   const size_t both_heads = mixed + 256 + size_t(2 * 4) * 86 * 8192;
   EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), both_heads)
-      << "the default stores fp8_mixed's dS at D = 128: both kv heads (4 query heads each) in one slab of the default 1 GiB; "
+      << "the default stores fp8_mixed's dS at D = 128: both kv heads (4 query heads each) in one slab (44 CTAs of work a kv head, far from six waves; 5.6 MB); "
       << flamia_last_error();
   setenv("FLAMIA_BWD_DQ", "auto", 1);
   EXPECT_EQ(flamia_backward_workspace_bytes_for(&a), both_heads) << "auto is the default";
@@ -642,6 +642,39 @@ TEST(Api, WorkspaceForTheCallSizesTheStoredDs) {
   EXPECT_EQ(flamia_backward_workspace_bytes(1000, 3, 8, 2, 128, FLAMIA_RECIPE_FP8), 0u);
   EXPECT_NE(std::string(flamia_last_error()).find("FLAMIA_BWD_DQ"), std::string::npos) << flamia_last_error();
   unsetenv("FLAMIA_BWD_DQ");
+  // The slabs of the benchmark's shapes (fp8_mixed, causal): the fewest kv heads that give the
+  // dK/dV launch 768 CTAs' work, within the budget (default 2 GiB), at least one.
+  const auto sized = [&](int64_t T, int B, int hq, int hkv, int max_seqlen) {
+    flamia_attention_args b = a;
+    b.recipe = FLAMIA_RECIPE_FP8_MIXED;
+    b.causal = 1;
+    b.q.shape[0] = b.k.shape[0] = b.v.shape[0] = T;
+    b.q.shape[1] = hq;
+    b.k.shape[1] = b.v.shape[1] = hkv;
+    b.q.strides[0] = int64_t(hq) * 128;
+    b.k.strides[0] = b.v.strides[0] = int64_t(hkv) * 128;
+    b.cu_seqlens.shape[0] = B + 1;
+    b.max_seqlen = max_seqlen;
+    const size_t plain = flamia_backward_workspace_bytes(T, B, hq, hkv, 128, FLAMIA_RECIPE_FP8_MIXED);
+    const size_t got = flamia_backward_workspace_bytes_for(&b);
+    EXPECT_GT(got, plain) << flamia_last_error();
+    return got - plain;
+  };
+  std::vector<int32_t> cu(46, 0);  // the size functions read only cu_seqlens' shape on the device
+  a.cu_seqlens.data = cu.data();
+  // A head's run: N = T / 64 + B query tiles, M = max_seqlen / 64, (N (M + 1) + 1) / 2 tiles
+  // of 8 KB; CTAs a kv head: T / 128 + B work-list slots.
+  const auto run = [](int64_t T, int B, int max_seqlen) {
+    const int64_t n = T / 64 + B, m = max_seqlen / 64;
+    return size_t((n * (m + 1) + 1) / 2) * 8192;
+  };
+  EXPECT_EQ(sized(32768, 8, 16, 16, 4096), 256 + 3 * run(32768, 8, 4096)) << "fixed-4k: 264 CTAs a head, three";
+  EXPECT_EQ(sized(32768, 2, 16, 16, 16384), 256 + 3 * run(32768, 2, 16384)) << "fixed-16k: 258 a head, three";
+  EXPECT_EQ(sized(65536, 45, 32, 8, 7428), 512 + 4 * ((int64_t(1069) * 118 + 1) / 2) * size_t(8192))
+      << "llama8b-pack: one kv head (557 CTAs x 4 query heads) and its four query heads; 45 bases";
+  setenv("FLAMIA_BWD_DS_MIB", "1024", 1);
+  EXPECT_EQ(sized(32768, 2, 16, 16, 16384), 256 + run(32768, 2, 16384)) << "fixed-16k within 1 GiB: one";
+  unsetenv("FLAMIA_BWD_DS_MIB");
   // Host calls need no workspace; invalid arguments give 0 and name what is wrong.
   EXPECT_EQ(flamia_backward_workspace_bytes_for(&c.args), 0u);
   EXPECT_EQ(flamia_backward_workspace_bytes_for(nullptr), 0u);

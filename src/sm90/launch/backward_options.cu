@@ -59,14 +59,20 @@ StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int 
   // Sizes no allocation could hold (T near 2^31 tokens) would overflow below: the default pass.
   if (size_t(plan.head_tiles) > (size_t(1) << 48) / (tile_bytes * size_t(hq))) return StoredDsPlan{};
   const size_t head_bytes = size_t(plan.head_tiles) * tile_bytes;
-  // As many kv heads (with their query heads) as FLAMIA_BWD_DS_MIB allows, at least one;
-  // then spread evenly over the slabs, so that the last is not a sliver. The default 1 GiB
-  // measured faster than larger slabs on every workload but fixed-16k (+1 % there), and
-  // 256 MiB starves the packs of CTAs (docs/PERFORMANCE.md v46).
+  // Kv heads a slab: the fewest whose dK/dV launch holds kSlabWork CTAs' work (a CTA is a
+  // work-list slot and kv head and walks the kv head's query heads; 768 is ~six waves of an
+  // H200's 132 SMs), within FLAMIA_BWD_DS_MIB (default 2 GiB), at least one; then spread
+  // evenly over the slabs. Both ends measured slow (docs/PERFORMANCE.md v46): large slabs (up to 17 % of
+  // fixed-4k's step at 2.2 GB) and launches of about two waves (pack-32k +27 % with one head
+  // of 275 CTAs a slab); every workload's fastest plan was a slab of 770-1130 CTAs' work.
+  constexpr int64_t kSlabWork = 768;
+  const int64_t slots = quant::Qkv8Layout::make(total_tokens, num_docs, hq, hkv, head_dim, recipe, true).fwd_work.capacity;
+  const int64_t wanted = (kSlabWork + slots * group - 1) / (slots * group);
   const char* mib_env = std::getenv("FLAMIA_BWD_DS_MIB");
   const long long mib = mib_env != nullptr ? std::atoll(mib_env) : 0;
-  const size_t budget = size_t(mib > 0 ? mib : 1024) << 20;
-  const int most = int(std::max<size_t>(1, std::min<size_t>(size_t(hkv), budget / (head_bytes * group))));
+  const size_t budget = size_t(mib > 0 ? mib : 2048) << 20;
+  const int most = int(std::max<size_t>(
+      1, std::min<size_t>({size_t(hkv), size_t(wanted), budget / (head_bytes * group)})));
   const int slabs = (hkv + most - 1) / most;
   plan.slab = (hkv + slabs - 1) / slabs;
   plan.base_bytes = quant::round_up(num_docs * int64_t(sizeof(int64_t)), 256);
