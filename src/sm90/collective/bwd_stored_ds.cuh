@@ -103,7 +103,9 @@ __device__ __forceinline__ void store_ds_tile(const StoredDs& sd, const uint32_t
   if (first) tma::wait_bulk_read<0>();
   warpgroup::bar_sync(kStoredDsBarrier + warpgroup::index(), warpgroup::kThreads);
   if (first) {
-    tma::store_bulk(sd.tile, sd.chunk, kDsTileBytes);
+    // Read once, by the dQ GEMM after this launch: evict first, so that the GBs of tiles do
+    // not push out of the L2 the query tiles the slab's other CTAs are reading.
+    tma::store_bulk(sd.tile, sd.chunk, kDsTileBytes, tma::evict_first_policy());
     tma::commit_bulk();
   }
 }
