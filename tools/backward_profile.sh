@@ -12,7 +12,8 @@
 # WORKLOAD (default fixed-16k) and RECIPE (default fp8) pick what flamia_bench runs; the
 # per-score count is printed for fixed-16k only. fp8_mixed at head dim 128 stores dS by
 # default, so its dQ is dq_stored_kernel (KERNELS="dkdv_kernel dq_stored_kernel"), or
-# dq_kernel with FLAMIA_BWD_DQ=recompute.
+# dq_kernel with FLAMIA_BWD_DQ=recompute. MEMORY=1 instead reports each kernel's memory
+# side: DRAM and L2 throughput, the L2 hit rate, bytes read and written at DRAM.
 set -uo pipefail
 WORKLOAD=${WORKLOAD:-fixed-16k}
 RECIPE=${RECIPE:-fp8}
@@ -37,6 +38,16 @@ for k in ${KERNELS:-dkdv_kernel dq_kernel forward_fast_kernel}; do
       { head -5 "$OUT/sass_$k.err"; continue; }
     python3 tools/stall_summary.py "$OUT/sass_$k.csv" >"$OUT/stalls_$k.txt"
     head -70 "$OUT/stalls_$k.txt"
+    continue
+  fi
+  if [ "${MEMORY:-0}" = 1 ]; then
+    echo "==== ncu memory: $k, $WORKLOAD $RECIPE"
+    timeout 240 ncu --clock-control none -k "regex:$k" -c 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis_Tables --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+      --print-details all "$BUILD/flamia_bench" --workloads "$WORKLOAD" --recipes "$RECIPE" --iters 1 --warmup 0 \
+      >"$OUT/ncu_mem_$k.txt" 2>&1
+    grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Memory Throughput|L2 Hit Rate|L1/TEX Hit Rate|Mem Busy|Max Bandwidth|dram__bytes|lts__t_sector_hit_rate" \
+      "$OUT/ncu_mem_$k.txt" | head -20
     continue
   fi
   echo "==== ncu: $k, $WORKLOAD $RECIPE"
