@@ -35,6 +35,7 @@ struct GuardArgs {
   uint64_t* fingerprint = nullptr; // in qkv8
   DeviceError* status = nullptr;   // the call's status word
   int* counts[2] = {nullptr, nullptr};  // work-list counts to zero on a fault (null: none)
+  int* next_item = nullptr;             // the fast forward's work counter, zeroed (null: none)
   int32_t stage = 0;
 };
 
@@ -63,6 +64,8 @@ __device__ bool guard_block(const GuardArgs& g) {
   if (threadIdx.x == 0) {
     s_key = kNoFaultKey;
     s_sum = 0;
+    // Every forward's first kernel runs this block, so the forward's counter starts at 0.
+    if (g.next_item) *g.next_item = 0;
   }
   __syncthreads();
   uint64_t key = kNoFaultKey, sum = 0;

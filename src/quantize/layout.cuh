@@ -67,6 +67,7 @@ struct WorkListRegions {
   int64_t capacity = 0;  // entries
   int64_t nt_cap = 0;    // bound on tiles per document
   size_t count = 0;      // int: number of work items
+  size_t next = 0;       // int, beside count: the fast forward's next work item (its guard zeroes it)
   size_t items = 0;      // int2 [capacity]: (document, tile)
   size_t scratch = 0;    // int [3 (nt_cap + 1)]: counting-sort scratch
 };
@@ -89,7 +90,8 @@ inline WorkListRegions add_work_list(Builder& b, int64_t total_tokens, int64_t n
   w.tile = tile;
   w.nt_cap = max_tiles_per_doc(total_tokens, tile);
   w.capacity = w.nt_cap + num_docs;
-  w.count = b.add(sizeof(int));
+  w.count = b.add(2 * sizeof(int));
+  w.next = w.count + sizeof(int);
   w.items = b.add(size_t(w.capacity) * 2 * sizeof(int));
   w.scratch = b.add(size_t(3 * (w.nt_cap + 1)) * sizeof(int));
   return w;

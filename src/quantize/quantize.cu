@@ -534,6 +534,7 @@ cudaError_t check_qkv8(const DeviceCall& p, void* qkv8) {
                                          guard::kStageForward);
   g.counts[0] = reinterpret_cast<int*>(base + layout.work.count);
   g.counts[1] = reinterpret_cast<int*>(base + layout.fwd_work.count);
+  g.next_item = reinterpret_cast<int*>(base + layout.fwd_work.next);
   quant::check_qkv8_kernel<<<1, quant::kThreads, 0, p.stream>>>(g);
   return cudaGetLastError();
 }
@@ -619,6 +620,7 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward) {
                                   guard::kStageQuantize);
   batch.guard.counts[0] = batch.work[0].count;
   batch.guard.counts[1] = batch.work[1].count;
+  batch.guard.next_item = reinterpret_cast<int*>(base + layout.fwd_work.next);
   return transposed_qk16 ? quant::launch_quantize<false, true>(batch, p.head_dim, p.stream)
                          : quant::launch_quantize<false>(batch, p.head_dim, p.stream);
 }

@@ -131,7 +131,7 @@ cudaError_t launch_forward(const FwdArgs& a, int64_t slots, cudaStream_t stream)
 // backward at very large logits), =wgmma the wgmma kernel with every k-step promoted to
 // FP32 (likewise).
 cudaError_t forward_wgmma(const Params& p, const void* qkv8, void* out, float* lse, bool promote);
-cudaError_t forward_fast(const Params& p, const void* qkv8, void* out, float* lse);
+cudaError_t forward_fast(const Params& p, void* qkv8, void* out, float* lse);
 
 namespace {
 enum class Kernel { kMmaSync, kWgmma, kWgmmaChained, kFast };
@@ -155,7 +155,7 @@ bool forward_is_wgmma() { return selected_kernel() != Kernel::kMmaSync; }
 
 bool forward_p_scale_from_keys() { return selected_kernel() == Kernel::kFast; }
 
-cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse) {
+cudaError_t forward(const Params& p, void* qkv8, void* out, float* lse) {
   const Kernel kernel = selected_kernel();
   if (kernel == Kernel::kFast) return forward_fast(p, qkv8, out, lse);
   if (kernel != Kernel::kMmaSync) return forward_wgmma(p, qkv8, out, lse, kernel == Kernel::kWgmma);

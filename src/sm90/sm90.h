@@ -36,8 +36,9 @@ size_t backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, int hq, 
 size_t backward_workspace_bytes_for(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                                     flamia_recipe recipe, int max_seqlen, bool causal);
 
-// out: dense bf16 [T, Hq, D]; lse: fp32 [Hq, T].
-cudaError_t forward(const Params& p, const void* qkv8, void* out, float* lse);
+// out: dense bf16 [T, Hq, D]; lse: fp32 [Hq, T]. qkv8 is read, but for the fast forward's
+// work counter (fwd_plan.cuh), which the call's first kernel zeroed.
+cudaError_t forward(const Params& p, void* qkv8, void* out, float* lse);
 
 // What the calling thread's last failed backward was doing (a tensor map, an alignment
 // check, quantize_dout, the launches), for the error message; "" after a success.

@@ -55,9 +55,14 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   const TurnOrder<D> turns(consumer_idx);
   if (consumer_idx == 1) turns.end();
 
-  const int items = item_count(p.work) * p.hq;
+  const volatile int* const item_slot = reinterpret_cast<const volatile int*>(smem + P::kItem);
   int kv = 0;  // key tiles consumed so far (all items): the ring position
-  for (int w = blockIdx.x, it = 0; w < items; w += gridDim.x, ++it) {
+  for (int it = 0;; ++it) {
+    // The producer's next item (fwd_producer.cuh): its index beside Q's buffer, announced
+    // with Q's tiles; -1 when none is left.
+    mbar::wait(q_full, it & 1);
+    const int w = *item_slot;
+    if (w < 0) break;
     const Item item = item_at(p, w);
     const DocTile& dt = item.dt;
     const DocMask mask{dt.len, p.causal};
@@ -75,7 +80,6 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
     RowState rows;
-    mbar::wait(q_full, it & 1);
 
     // Tile n's stage and phase in the ring (kv counts the key tiles over all items).
     auto stage_of = [&](int n) { return (kv + n) % P::kStages; };

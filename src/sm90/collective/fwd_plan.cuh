@@ -1,7 +1,8 @@
-// The fast forward's shape: roles, tiles, pipeline depth and shared-memory plan, and the
-// kernel parameters. One CTA per SM (persistent); three warpgroups:
-//   warpgroup 0   producer: one warp issues the TMA loads and copies the key scales, a
-//                 second derives P's key-rule scale of each tile from them;
+// The fast forward's shape: roles, tiles, pipeline depth and shared-memory plan, the kernel
+// parameters and the work order. One CTA per SM (persistent); three warpgroups:
+//   warpgroup 0   producer: one warp takes the CTA's work items from a counter, issues the
+//                 TMA loads and copies the key scales, a second derives P's key-rule scale
+//                 of each tile from them;
 //   warpgroups 1-2 consumers: 64 query rows each of the CTA's 128-row query tile.
 #pragma once
 
@@ -53,13 +54,18 @@ struct Plan {
   // the whole tile (sk's order), the prefix maxima of sv in key order, and sigma itself.
   static constexpr int kK = 0, kVt = kKTile, kSk = kVt + kVtTile, kSv = kSk + kScaleBytes;
   static constexpr int kSvn = kSv + kScaleBytes, kYpre = kSvn + kScaleBytes, kSigma = kYpre + kScaleBytes;
+  // int: the tile's keys inside the document (the producer's, for the key-scale warp; 0 ends
+  // the key-scale warp's walk).
+  static constexpr int kValid = kSigma + 4;
   static constexpr int kStageBytes = (kSigma + 16 + 1023) / 1024 * 1024;
   static_assert(kKTile % 1024 == 0 && kVtTile % 1024 == 0, "aligned tiles");
   static constexpr int kBarriers = kStage0 + kStages * kStageBytes;
   // mbarriers (8 bytes each): q_full, q_empty, full[kStages], empty[kStages], ready[kStages].
   static constexpr int kQFull = kBarriers, kQEmpty = kQFull + 8;
   static constexpr int kFull0 = kQEmpty + 8, kEmpty0 = kFull0 + 8 * kStages, kReady0 = kEmpty0 + 8 * kStages;
-  static constexpr int kBytes = kReady0 + 8 * kStages;
+  // int: the work item whose Q tile q_full announces (-1: none left), the producer's.
+  static constexpr int kItem = kReady0 + 8 * kStages;
+  static constexpr int kBytes = kItem + 16;
   static constexpr int kAlloc = kBytes + 1024;  // room to align the dynamic base
 
   __host__ __device__ static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
@@ -84,6 +90,8 @@ struct Params {
   const int32_t* cu_seqlens;
   const int32_t* q_start;  // [B] or null (flamia.h)
   WorkList work;    // 128-row query tiles, costliest first
+  int* next_item;   // items taken so far beyond the grid's first (qkv8; zeroed by the guard)
+  int kv_block;     // kv heads per block of the work order (divides hkv)
   uint16_t* out;    // bf16 [T][Hq][D]
   float* lse;       // [Hq][T]
   int64_t total_tokens, tpad;
@@ -92,7 +100,11 @@ struct Params {
   float c;          // softmax_scale * log2(e)
 };
 
-// Work index w = slot * hq + h: query heads of one tile run side by side (shared K/V in L2).
+// Work order: blocks of kv_block kv heads, one after another; inside a block the work list's
+// slots costliest first, and for each slot the block's query heads side by side (a GQA
+// group's heads share K and Vᵀ). CTAs take items in this order as they become free (the
+// counter), so the items in flight are mostly of one block, whose K and Vᵀ stay in the L2,
+// and each block ends on its cheapest items while the next block's costliest start.
 struct Item {
   DocTile dt;
   int h, hk;
@@ -101,9 +113,11 @@ struct Item {
 
 __device__ __forceinline__ Item item_at(const Params& p, int w) {
   Item it;
-  it.h = w % p.hq;
+  const int block_heads = p.kv_block * (p.hq / p.hkv), per_block = item_count(p.work) * block_heads;
+  const int block = w / per_block, r = w - block * per_block;
+  it.h = block * block_heads + r % block_heads;
   it.hk = it.h / (p.hq / p.hkv);
-  it.dt = doc_tile(p.cu_seqlens, p.work, w / p.hq);
+  it.dt = doc_tile(p.cu_seqlens, p.work, r / block_heads);
   // Key tiles are as long as query tiles, so the causal diagonal is key tile dt.tile.
   it.num_key_tiles = p.causal ? min(it.dt.tile + 1, it.dt.num_tiles) : it.dt.num_tiles;
   // q_start is a multiple of the tile (common/tiles.h): a tile is all keys-only rows or none.

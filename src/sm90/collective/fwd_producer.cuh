@@ -1,9 +1,13 @@
-// The forward's producer warp: walks the same work items as the consumers and keeps the
-// pipeline full. Per item it loads the two 64-row Q tiles once Q's buffer is free; per key
-// tile it waits for a free stage, starts the TMA loads of K and Vᵀ, and copies the tile's
-// 128 key scales sk, sv with plain loads (one contiguous run of an [H][T] array, whose start
-// need not be 16-byte aligned, which a TMA box start would have to be) by cp.async, in the
-// order the consumers read them (scales_index).
+// The forward's producer warp: takes the CTA's work items and keeps the pipeline full. The
+// first item of CTA b is item b, each later one the grid size plus the counter's next value
+// (fetched while the item's loads go out), so a CTA that finishes early takes more items.
+// Per item, once Q's buffer is free, it writes the item's index beside the buffer (-1 when
+// none is left) and loads the two 64-row Q tiles, both announced by q_full; per key tile it
+// waits for a free stage, writes the tile's key count into it, starts the TMA loads of K and
+// Vᵀ, and copies the tile's 128 key scales sk, sv with plain loads (one contiguous run of an
+// [H][T] array, whose start need not be 16-byte aligned, which a TMA box start would have to
+// be) by cp.async, in the order the consumers read them (scales_index). After the last item
+// one more stage with no keys ends the key-scale warp's walk.
 //
 // Rows past the document end are loaded as they are (the next document's codes, or TMA's
 // zeros past the tensor): the consumers mask them by selection, and the quantizer's codes are
@@ -21,7 +25,7 @@ namespace sm90 {
 namespace fwd {
 
 template <int D>
-__device__ __forceinline__ void producer(const Params& p, uint32_t base, int lane) {
+__device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_t base, int lane) {
   using P = Plan<D>;
   const uint32_t q_full = base + P::kQFull, q_empty = base + P::kQEmpty;
   const uint32_t full0 = base + P::kFull0, empty0 = base + P::kEmpty0;
@@ -31,18 +35,31 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t base, int lan
     tma::prefetch_map(p.vt8);
   }
   const int items = item_count(p.work) * p.hq;
+  volatile int* const item_slot = reinterpret_cast<volatile int*>(smem + P::kItem);
   int kv = 0;  // key tiles issued so far (stage = kv % kStages, phase = kv / kStages)
-  for (int w = blockIdx.x, it = 0; w < items; w += gridDim.x, ++it) {
+  for (int w = blockIdx.x, it = 0;; ++it) {
+    // Q's buffer and the item slot are free once the consumers are done with the last item
+    // (they read the slot before releasing the buffer).
+    mbar::wait(q_empty, (it & 1) ^ 1);
+    if (w >= items) {
+      if (lane == 0) {
+        *item_slot = -1;
+        mbar::arrive(q_full);
+      }
+      break;
+    }
     const Item item = item_at(p, w);
     const int64_t tok0 = item.dt.tok0;
     const int m0 = item.dt.tile * P::kBlockM;
-    mbar::wait(q_empty, (it & 1) ^ 1);
+    int next = 0;
     if (lane == 0) {
+      *item_slot = w;
       mbar::arrive_expect_tx(q_full, P::kConsumers * P::kQTile);
 #pragma unroll
       for (int c = 0; c < P::kConsumers; ++c)
         tma::load_3d(base + P::kQ + c * P::kQTile, p.q8, q_full, 0, item.h,
                      int(tok0 + m0 + c * P::kRowsPerConsumer));
+      next = int(gridDim.x) + atomicAdd(p.next_item, 1);
     }
     for (int n = 0; n < item.num_key_tiles; ++n, ++kv) {
       const int s = kv % P::kStages;
@@ -50,6 +67,7 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t base, int lan
       mbar::wait(empty0 + 8 * s, ((kv / P::kStages) & 1) ^ 1);
       const int n0 = n * P::kBlockN;
       if (lane == 0) {
+        *reinterpret_cast<volatile int*>(smem + P::stage(s) + P::kValid) = item.dt.len - n0;
         mbar::arrive_expect_tx(full, P::kTmaBytesPerStage);
         tma::load_3d(stage + P::kK, p.k8, full, 0, item.hk, int(tok0 + n0));
         tma::load_2d(stage + P::kVt, p.vt8, full, int(item.dt.pstart + n0), item.hk * D);
@@ -69,7 +87,17 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t base, int lan
       }
       mbar::arrive_when_copies_land(full);
     }
+    w = __shfl_sync(0xffffffffu, next, 0);
   }
+  // The key-scale warp's last stage: no keys (its `full` without bytes: every lane arrives,
+  // lane 0 twice, as for a loaded stage).
+  const int s = kv % P::kStages;
+  mbar::wait(empty0 + 8 * s, ((kv / P::kStages) & 1) ^ 1);
+  if (lane == 0) {
+    *reinterpret_cast<volatile int*>(smem + P::stage(s) + P::kValid) = 0;
+    mbar::arrive(full0 + 8 * s);
+  }
+  mbar::arrive(full0 + 8 * s);
 }
 
 // The producer warpgroup's second warp: P's key-rule scale of every key tile (ALGORITHM.md
@@ -81,54 +109,52 @@ __device__ __forceinline__ void producer(const Params& p, uint32_t base, int lan
 // visible keys); NaN propagates (max.NaN), as the specification's maximum does.
 // Lane l scans keys 4 l .. 4 l + 3: a scan within the lane, then across lanes.
 template <int D>
-__device__ __forceinline__ void key_scales(const Params& p, uint8_t* smem, uint32_t base, int lane) {
+__device__ __forceinline__ void key_scales(uint8_t* smem, uint32_t base, int lane) {
   using P = Plan<D>;
   const uint32_t full0 = base + P::kFull0, empty0 = base + P::kEmpty0, ready0 = base + P::kReady0;
-  const int items = item_count(p.work) * p.hq;
-  int kv = 0;
-  for (int w = blockIdx.x; w < items; w += gridDim.x) {
-    const Item item = item_at(p, w);
-    for (int n = 0; n < item.num_key_tiles; ++n, ++kv) {
-      const int s = kv % P::kStages;
-      // The consumers left the stage's previous use (as the producer waits before refilling it;
-      // implied by `full` below, but waited for directly so that every read of the old values
-      // is ordered before these writes by the barrier itself), and this use has landed.
-      mbar::wait(empty0 + 8 * s, ((kv / P::kStages) & 1) ^ 1);
-      mbar::wait(full0 + 8 * s, (kv / P::kStages) & 1);
-      uint8_t* st = smem + P::stage(s);
-      const float* sv = reinterpret_cast<const float*>(st + P::kSv);
-      const int valid = item.dt.len - n * P::kBlockN;  // keys of the tile inside the document (>= 1)
-      float y[4];
-      float run = 0.0f;  // sv > 0: 0 is the maximum of no key
+  // Stage by stage in the producer's order, to the stage without keys it ends with.
+  for (int kv = 0;; ++kv) {
+    const int s = kv % P::kStages;
+    // The consumers left the stage's previous use (as the producer waits before refilling it;
+    // implied by `full` below, but waited for directly so that every read of the old values
+    // is ordered before these writes by the barrier itself), and this use has landed.
+    mbar::wait(empty0 + 8 * s, ((kv / P::kStages) & 1) ^ 1);
+    mbar::wait(full0 + 8 * s, (kv / P::kStages) & 1);
+    uint8_t* st = smem + P::stage(s);
+    const float* sv = reinterpret_cast<const float*>(st + P::kSv);
+    // Keys of the tile inside the document (>= 1; 0: no tile is left).
+    const int valid = *reinterpret_cast<volatile const int*>(st + P::kValid);
+    if (valid <= 0) break;
+    float y[4];
+    float run = 0.0f;  // sv > 0: 0 is the maximum of no key
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int j = 4 * lane + k;
-        if (j < valid) run = ptx::max_nan(run, sv[scales_index(j)]);
-        y[k] = run;
-      }
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const float up = __shfl_up_sync(0xffffffffu, run, d);
-        if (lane >= d) run = ptx::max_nan(run, up);
-      }
-      float before = __shfl_up_sync(0xffffffffu, run, 1);
-      if (lane == 0) before = 0.0f;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) y[k] = ptx::max_nan(before, y[k]);
-      *reinterpret_cast<float4*>(st + P::kYpre + 16 * lane) = make_float4(y[0], y[1], y[2], y[3]);
-      const int last = min(valid, P::kBlockN) - 1;
-      const float mine = (last & 3) == 0 ? y[0] : (last & 3) == 1 ? y[1] : (last & 3) == 2 ? y[2] : y[3];
-      const float yt = __shfl_sync(0xffffffffu, mine, last >> 2);  // Y of a row that sees the whole tile
-      const float sigma = fmt::pow2_scale_e4m3(yt), inv = fmt::pow2_reciprocal(sigma);
-      float* svn = reinterpret_cast<float*>(st + P::kSvn);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int at = scales_index(4 * lane + k);
-        svn[at] = __fmul_rn(sv[at], inv);
-      }
-      if (lane == 0) *reinterpret_cast<float*>(st + P::kSigma) = sigma;
-      mbar::arrive(ready0 + 8 * s);  // every lane, releasing its own writes
+    for (int k = 0; k < 4; ++k) {
+      const int j = 4 * lane + k;
+      if (j < valid) run = ptx::max_nan(run, sv[scales_index(j)]);
+      y[k] = run;
     }
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const float up = __shfl_up_sync(0xffffffffu, run, d);
+      if (lane >= d) run = ptx::max_nan(run, up);
+    }
+    float before = __shfl_up_sync(0xffffffffu, run, 1);
+    if (lane == 0) before = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) y[k] = ptx::max_nan(before, y[k]);
+    *reinterpret_cast<float4*>(st + P::kYpre + 16 * lane) = make_float4(y[0], y[1], y[2], y[3]);
+    const int last = min(valid, P::kBlockN) - 1;
+    const float mine = (last & 3) == 0 ? y[0] : (last & 3) == 1 ? y[1] : (last & 3) == 2 ? y[2] : y[3];
+    const float yt = __shfl_sync(0xffffffffu, mine, last >> 2);  // Y of a row that sees the whole tile
+    const float sigma = fmt::pow2_scale_e4m3(yt), inv = fmt::pow2_reciprocal(sigma);
+    float* svn = reinterpret_cast<float*>(st + P::kSvn);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int at = scales_index(4 * lane + k);
+      svn[at] = __fmul_rn(sv[at], inv);
+    }
+    if (lane == 0) *reinterpret_cast<float*>(st + P::kSigma) = sigma;
+    mbar::arrive(ready0 + 8 * s);  // every lane, releasing its own writes
   }
 }
 

@@ -40,8 +40,8 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
   const int role = warpgroup::index();
   if (role == 0) {
     warpgroup::release_registers<P::kProducerRegs>();
-    if (threadIdx.x < 32) producer<D>(p, base, int(threadIdx.x));
-    else if (threadIdx.x < 64) key_scales<D>(p, smem, base, int(threadIdx.x) - 32);
+    if (threadIdx.x < 32) producer<D>(p, smem, base, int(threadIdx.x));
+    else if (threadIdx.x < 64) key_scales<D>(smem, base, int(threadIdx.x) - 32);
   } else {
     warpgroup::claim_registers<P::kConsumerRegs>();
     consumer<D>(p, smem, base, role - 1);
@@ -62,13 +62,25 @@ cudaError_t launch(const Params& prm, int64_t capacity, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// kv heads per block of the work order (fwd_plan.cuh): as many as keep the block's K and Vᵀ
+// codes (2 T D bytes a kv head) within about half the H200's 50 MB L2, at least one, a
+// divisor of hkv.
+int kv_heads_per_block(int64_t total_tokens, int hkv, int head_dim) {
+  constexpr int64_t kBudget = int64_t(24) << 20;
+  const int64_t per_head = 2 * total_tokens * head_dim;
+  int best = 1;
+  for (int b = 1; b <= hkv; ++b)
+    if (hkv % b == 0 && b * per_head <= kBudget) best = b;
+  return best;
+}
+
 }  // namespace
 }  // namespace fwd
 
-cudaError_t forward_fast(const Params& p, const void* qkv8, void* out, float* lse) {
+cudaError_t forward_fast(const Params& p, void* qkv8, void* out, float* lse) {
   if (p.total_tokens == 0) return cudaSuccess;
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim, p.recipe, false);
-  const uint8_t* base = static_cast<const uint8_t*>(qkv8);
+  uint8_t* base = static_cast<uint8_t*>(qkv8);
   fwd::Params prm;
   const uint64_t D = uint64_t(p.head_dim), T = uint64_t(p.total_tokens);
   const int swz = p.head_dim == 128 ? 128 : 64;
@@ -88,6 +100,8 @@ cudaError_t forward_fast(const Params& p, const void* qkv8, void* out, float* ls
     if (cudaError_t e = encode_u8_map(&prm.vt8, base + layout.vt8, 2, dims, strides, box, 128)) return e;
   }
   set_forward_common(prm, p, base, layout, layout.fwd_work, out, lse);
+  prm.next_item = reinterpret_cast<int*>(base + layout.fwd_work.next);
+  prm.kv_block = fwd::kv_heads_per_block(p.total_tokens, p.hkv, p.head_dim);
   if (p.head_dim == 64) return fwd::launch<64>(prm, layout.fwd_work.capacity, p.stream);
   if (p.head_dim == 128) return fwd::launch<128>(prm, layout.fwd_work.capacity, p.stream);
   return cudaErrorInvalidValue;
