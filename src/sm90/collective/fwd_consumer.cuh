@@ -59,9 +59,11 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   int kv = 0;  // key tiles consumed so far (all items): the ring position
   for (int it = 0;; ++it) {
     // The producer's next item (fwd_producer.cuh): its index beside Q's buffer, announced
-    // with Q's tiles; -1 when none is left.
+    // with Q's tiles; -1 when none is left. Lane 0 reads it for the warp: lane 0's arrival on
+    // q_empty is what lets the producer write the slot again, so no other lane's read may
+    // remain unordered before it.
     mbar::wait(q_full, it & 1);
-    const int w = *item_slot;
+    const int w = __shfl_sync(0xffffffffu, lane == 0 ? *item_slot : 0, 0);
     if (w < 0) break;
     const Item item = item_at(p, w);
     const DocTile& dt = item.dt;
