@@ -191,6 +191,20 @@ void run_determinism(const Case& c) {
   ASSERT_EQ(r.forward_self_quantizing(in, &f3), FLAMIA_SUCCESS) << flamia_last_error();
   EXPECT_EQ(f1.o, f3.o) << "forward(qkv8_filled=0) != quantize + forward(qkv8_filled=1), " << c.describe();
   EXPECT_EQ(f1.lse, f3.lse) << "LSE: forward(qkv8_filled=0) != quantize + forward, " << c.describe();
+  // Again on the same filled qkv8 (the last step's quantization), O and LSE poisoned first:
+  // the fast forward takes its work items from a counter in qkv8, which every call's first
+  // kernel must start from zero, or this call would skip items and leave poison behind.
+  const size_t T = size_t(c.tokens());
+  check_cuda(cudaMemsetAsync(r.out_view().data, 0xFF, T * c.hq * c.d * 2, r.stream()), "poison out");
+  check_cuda(cudaMemsetAsync(r.lse_view().data, 0xFF, T * c.hq * 4, r.stream()), "poison lse");
+  const flamia_attention_args a = r.args();
+  ASSERT_EQ(flamia_forward(&a, r.out_view(), r.lse_view(), r.qkv8(), r.qkv8_bytes(), 1), FLAMIA_SUCCESS)
+      << flamia_last_error();
+  r.sync();
+  FwdResult f4;
+  r.download_fwd(&f4);
+  EXPECT_EQ(f1.o, f4.o) << "a second forward on a filled qkv8 differs, " << c.describe();
+  EXPECT_EQ(f1.lse, f4.lse) << "LSE: a second forward on a filled qkv8 differs, " << c.describe();
 }
 
 class Determinism : public ::testing::TestWithParam<Param> {};
