@@ -11,6 +11,7 @@
 #include <cuda.h>
 
 #include "common/tiles.h"
+#include "common/work_order.h"
 #include "sm90/schedule.cuh"
 
 namespace flamia {
@@ -100,11 +101,7 @@ struct Params {
   float c;          // softmax_scale * log2(e)
 };
 
-// Work order: blocks of kv_block kv heads, one after another; inside a block the work list's
-// slots costliest first, and for each slot the block's query heads side by side (a GQA
-// group's heads share K and Vᵀ). CTAs take items in this order as they become free (the
-// counter), so the items in flight are mostly of one block, whose K and Vᵀ stay in the L2,
-// and each block ends on its cheapest items while the next block's costliest start.
+// Work item w in the order of common/work_order.h (blocks of kv heads that fit the L2).
 struct Item {
   DocTile dt;
   int h, hk;
@@ -113,11 +110,10 @@ struct Item {
 
 __device__ __forceinline__ Item item_at(const Params& p, int w) {
   Item it;
-  const int block_heads = p.kv_block * (p.hq / p.hkv), per_block = item_count(p.work) * block_heads;
-  const int block = w / per_block, r = w - block * per_block;
-  it.h = block * block_heads + r % block_heads;
+  const order::SlotHead sh = order::forward_item(w, item_count(p.work), p.hq, p.hkv, p.kv_block);
+  it.h = sh.h;
   it.hk = it.h / (p.hq / p.hkv);
-  it.dt = doc_tile(p.cu_seqlens, p.work, r / block_heads);
+  it.dt = doc_tile(p.cu_seqlens, p.work, sh.slot);
   // Key tiles are as long as query tiles, so the causal diagonal is key tile dt.tile.
   it.num_key_tiles = p.causal ? min(it.dt.tile + 1, it.dt.num_tiles) : it.dt.num_tiles;
   // q_start is a multiple of the tile (common/tiles.h): a tile is all keys-only rows or none.

@@ -62,18 +62,6 @@ cudaError_t launch(const Params& prm, int64_t capacity, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// kv heads per block of the work order (fwd_plan.cuh): as many as keep the block's K and Vᵀ
-// codes (2 T D bytes a kv head) within about half the H200's 50 MB L2, at least one, a
-// divisor of hkv.
-int kv_heads_per_block(int64_t total_tokens, int hkv, int head_dim) {
-  constexpr int64_t kBudget = int64_t(24) << 20;
-  const int64_t per_head = 2 * total_tokens * head_dim;
-  int best = 1;
-  for (int b = 1; b <= hkv; ++b)
-    if (hkv % b == 0 && b * per_head <= kBudget) best = b;
-  return best;
-}
-
 }  // namespace
 }  // namespace fwd
 
@@ -101,7 +89,7 @@ cudaError_t forward_fast(const Params& p, void* qkv8, void* out, float* lse) {
   }
   set_forward_common(prm, p, base, layout, layout.fwd_work, out, lse);
   prm.next_item = reinterpret_cast<int*>(base + layout.fwd_work.next);
-  prm.kv_block = fwd::kv_heads_per_block(p.total_tokens, p.hkv, p.head_dim);
+  prm.kv_block = order::forward_kv_block(p.total_tokens, p.hkv, p.head_dim);
   if (p.head_dim == 64) return fwd::launch<64>(prm, layout.fwd_work.capacity, p.stream);
   if (p.head_dim == 128) return fwd::launch<128>(prm, layout.fwd_work.capacity, p.stream);
   return cudaErrorInvalidValue;

@@ -1,0 +1,43 @@
+// The fast forward's work order (sm90/collective/fwd_plan.cuh): which (work-list slot, query
+// head) the CTAs' w-th item is, and how many kv heads a block of the order holds. Host and
+// device code; no CUDA runtime (tests/cpu/test_work_order.cpp checks it on the CPU).
+//
+// Items run in blocks of kv_block kv heads, one block after another; inside a block the
+// work list's slots costliest first, and for each slot the block's query heads side by side
+// (a GQA group's heads share K and Vᵀ). CTAs take items in this order as they become free, so
+// the items in flight are mostly of one block, whose K and Vᵀ stay in the L2, and each block
+// ends on its cheapest items while the next block's costliest start.
+#pragma once
+
+#include <cstdint>
+
+#include "flamia/formats.h"  // FLAMIA_HD
+
+namespace flamia {
+namespace order {
+
+struct SlotHead {
+  int slot, h;
+};
+
+// Item w of slots * hq (kv_block divides hkv, hkv divides hq).
+FLAMIA_HD SlotHead forward_item(int w, int slots, int hq, int hkv, int kv_block) {
+  const int block_heads = kv_block * (hq / hkv), per_block = slots * block_heads;
+  const int block = w / per_block, r = w - block * per_block;
+  const int h = block * block_heads + r % block_heads;
+  return {r / block_heads, h};
+}
+
+// As many kv heads as keep a block's K and Vᵀ codes (2 T D bytes a kv head) within about half
+// the H200's 50 MB L2, at least one, a divisor of hkv.
+inline int forward_kv_block(int64_t total_tokens, int hkv, int head_dim) {
+  constexpr int64_t kBudget = int64_t(24) << 20;
+  const int64_t per_head = 2 * total_tokens * head_dim;
+  int best = 1;
+  for (int b = 1; b <= hkv; ++b)
+    if (hkv % b == 0 && b * per_head <= kBudget) best = b;
+  return best;
+}
+
+}  // namespace order
+}  // namespace flamia

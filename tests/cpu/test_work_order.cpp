@@ -1,0 +1,63 @@
+// The fast forward's work order (common/work_order.h): every item exactly once, blocks of kv
+// heads whose query heads stay together, slots costliest first inside a block, and the block
+// size rule.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "common/work_order.h"
+
+namespace flamia {
+namespace {
+
+struct Shape {
+  int slots, hq, hkv, kv_block;
+};
+
+TEST(WorkOrder, EveryItemOnceInBlocksOfKvHeads) {
+  for (const Shape s : {Shape{256, 16, 16, 2}, Shape{256, 16, 16, 16}, Shape{7, 32, 8, 1}, Shape{45, 32, 8, 2},
+                        Shape{1, 4, 1, 1}, Shape{13, 12, 4, 4}, Shape{5, 6, 2, 1}}) {
+    const int group = s.hq / s.hkv, block_heads = s.kv_block * group, items = s.slots * s.hq;
+    std::vector<int> seen(size_t(items), 0);
+    int prev_block = -1, prev_slot = -1;
+    for (int w = 0; w < items; ++w) {
+      const order::SlotHead sh = order::forward_item(w, s.slots, s.hq, s.hkv, s.kv_block);
+      ASSERT_GE(sh.slot, 0);
+      ASSERT_LT(sh.slot, s.slots);
+      ASSERT_GE(sh.h, 0);
+      ASSERT_LT(sh.h, s.hq);
+      ++seen[size_t(sh.slot) * s.hq + sh.h];
+      // The block is the query head's kv heads' block: a GQA group never spans two blocks.
+      const int block = (sh.h / group) / s.kv_block;
+      EXPECT_GE(block, prev_block) << "blocks run one after another, w = " << w;
+      if (block == prev_block) EXPECT_GE(sh.slot, prev_slot) << "slots costliest first inside a block, w = " << w;
+      // Each slot's query heads of the block are side by side.
+      EXPECT_EQ(sh.h, block * block_heads + w % block_heads) << "w = " << w;
+      prev_block = block;
+      prev_slot = sh.slot;
+    }
+    for (int i = 0; i < items; ++i) EXPECT_EQ(seen[size_t(i)], 1) << "item " << i << " taken " << seen[size_t(i)] << " times";
+  }
+}
+
+TEST(WorkOrder, KvBlockFitsTheBudgetAndDividesHkv) {
+  // 2 T D bytes of K and Vᵀ codes a kv head, within 24 MiB.
+  EXPECT_EQ(order::forward_kv_block(32768, 16, 128), 2);  // fixed-16k, pack-32k: 8 MiB a head
+  EXPECT_EQ(order::forward_kv_block(131072, 16, 128), 1);  // pack-128k: 32 MiB, still one
+  EXPECT_EQ(order::forward_kv_block(65536, 8, 128), 1);   // llama8b-pack
+  EXPECT_EQ(order::forward_kv_block(65536, 8, 64), 2);    // llama1b-pack
+  EXPECT_EQ(order::forward_kv_block(100, 6, 64), 6);      // small: every kv head in one block
+  EXPECT_EQ(order::forward_kv_block(4096, 12, 128), 12);
+  EXPECT_EQ(order::forward_kv_block(32768, 12, 128), 3);  // three fit and divide 12
+  EXPECT_EQ(order::forward_kv_block(32768, 8, 128), 2);   // three fit, two divide 8
+  for (int hkv : {1, 2, 3, 5, 8, 12, 16})
+    for (long long t : {1LL, 1000LL, 65536LL, 1LL << 20}) {
+      const int b = order::forward_kv_block(t, hkv, 128);
+      EXPECT_GE(b, 1);
+      EXPECT_EQ(hkv % b, 0) << "hkv " << hkv << ", T " << t;
+      if (b > 1) EXPECT_LE(2 * t * 128 * b, 24LL << 20) << "hkv " << hkv << ", T " << t;
+    }
+}
+
+}  // namespace
+}  // namespace flamia
