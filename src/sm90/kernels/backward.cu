@@ -484,14 +484,14 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
   // The elected thread: key tile n into stage s (both warpgroups' tiles, also where one is
   // never read: a warpgroup past its diagonal or past the document reads none).
   const StoredDsRun<kMixed> run(a, dt);
-  // The stored tiles are read once: evict first, keeping the L2 for the Kᵀ tiles that every
-  // query tile of the head reads again.
-  const uint64_t once = elected ? tma::evict_first_policy() : 0;
+  // The stored tiles are read once: evict first; the Kᵀ tiles, which every query tile of the
+  // head reads again, evict last.
+  const uint64_t once = elected ? tma::evict_first_policy() : 0, again = elected ? tma::evict_last_policy() : 0;
   auto load_key_tile = [&](int s, int n) {
     const uint32_t st = base + S::stage(s), full = base + S::full(s);
     const int pos = int(dt.pstart) + n * kTileTokens;
     mbar::arrive_expect_tx(full, S::kTxBytes);
-    tma::load_2d(st + S::kKt, a.kt_cols, full, kMixed ? 2 * pos : pos, hk * D);  // BF16: byte coordinates
+    tma::load_2d(st + S::kKt, a.kt_cols, full, kMixed ? 2 * pos : pos, hk * D, again);  // BF16: byte coordinates
     for (int w = 0; w < kDqWarpgroups; ++w) {
       const uint8_t* tile = run.tile(h, kDqWarpgroups * dt.tile + w, n);
       tma::load_bulk(st + S::kDs + w * S::kImageBytes, tile, S::kImageBytes, full, once);
