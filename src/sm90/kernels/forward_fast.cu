@@ -101,7 +101,7 @@ cudaError_t forward_fast(const Params& p, void* qkv8, void* out, float* lse) {
   }
   set_forward_common(prm, p, base, layout, layout.fwd_work, out, lse);
   prm.next_item = reinterpret_cast<int*>(base + layout.fwd_work.next);
-  prm.kv_block = fwd::kv_heads_per_block(p.total_tokens, p.hkv, p.head_dim);
+  prm.kv_block = p.hkv;
   if (p.head_dim == 64) return fwd::launch<64>(prm, layout.fwd_work.capacity, p.stream);
   if (p.head_dim == 128) return fwd::launch<128>(prm, layout.fwd_work.capacity, p.stream);
   return cudaErrorInvalidValue;
