@@ -152,7 +152,10 @@ flamia_status flamia_quantize_qkv(const flamia_attention_args* args, void* qkv8,
  * qkv8_filled != 0 means qkv8 already holds q, k, v quantized by flamia_quantize_qkv with
  * the same arguments, and the forward skips quantization. qkv8_bytes must be at least
  * flamia_qkv8_bytes(..., for_backward = 0); a buffer of at least the for_backward = 1 size
- * also receives the layouts the backward reads. Host calls ignore qkv8 (may be NULL). */
+ * also receives the layouts the backward reads. With qkv8_filled the quantized values are
+ * only read, but the call writes qkv8's small bookkeeping (its status word and the forward's
+ * work counter), so two forwards on one qkv8 must not run concurrently on different streams.
+ * Host calls ignore qkv8 (may be NULL). */
 flamia_status flamia_forward(const flamia_attention_args* args, flamia_tensor out, flamia_tensor lse,
                              void* qkv8, size_t qkv8_bytes, int32_t qkv8_filled);
 
