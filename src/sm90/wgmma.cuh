@@ -72,74 +72,28 @@ __device__ __forceinline__ void fence_proxy_async() {
 // FP8 accumulation keeps fewer bits than FP32 (HOPPER-FP8-NOTES.md §7), so chained d += A B
 // rounds differently from FP32 adds of fresh products (measured in forward_wgmma.cu; the
 // exact rule, measured on H200: docs/NUMERICS.md §6, modelled in reference/tensor_core.h).
-#define FLAMIA_WGMMA_ACC4(c, n) c(d[n][0]), c(d[n][1]), c(d[n][2]), c(d[n][3])
-#define FLAMIA_WGMMA_ACC32(c)                                                               \
-  FLAMIA_WGMMA_ACC4(c, 0), FLAMIA_WGMMA_ACC4(c, 1), FLAMIA_WGMMA_ACC4(c, 2), FLAMIA_WGMMA_ACC4(c, 3), \
-      FLAMIA_WGMMA_ACC4(c, 4), FLAMIA_WGMMA_ACC4(c, 5), FLAMIA_WGMMA_ACC4(c, 6), FLAMIA_WGMMA_ACC4(c, 7)
-#define FLAMIA_WGMMA_ACC64(c)                                                                  \
-  FLAMIA_WGMMA_ACC32(c), FLAMIA_WGMMA_ACC4(c, 8), FLAMIA_WGMMA_ACC4(c, 9), FLAMIA_WGMMA_ACC4(c, 10), \
-      FLAMIA_WGMMA_ACC4(c, 11), FLAMIA_WGMMA_ACC4(c, 12), FLAMIA_WGMMA_ACC4(c, 13),               \
-      FLAMIA_WGMMA_ACC4(c, 14), FLAMIA_WGMMA_ACC4(c, 15)
-#define FLAMIA_WGMMA_D32                                                                     \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define FLAMIA_WGMMA_D64                                                                     \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
-  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
-  "%56, %57, %58, %59, %60, %61, %62, %63}"
+// The instruction text comes from arch/wgmma.cuh's pattern (FLAMIA_MMA_PTX_SS / _RS).
+#define FLAMIA_WGMMA_WRAPPER(fn, tiles, ACC, PTX, A_PARAM, INPUTS)                          \
+  template <bool kAccumulate>                                                              \
+  __device__ __forceinline__ void fn(float (&d)[tiles][4], A_PARAM, uint64_t b) {          \
+    if constexpr (kAccumulate)                                                             \
+      asm volatile(PTX : ACC("+f") : INPUTS, "l"(b), "r"(1) : "memory");                   \
+    else                                                                                   \
+      asm volatile(PTX : ACC("=f") : INPUTS, "l"(b), "r"(0) : "memory");                   \
+  }
+#define FLAMIA_WGMMA_SS(fn, tiles, ACC, shape, D, ai, bi, pi, tail) \
+  FLAMIA_WGMMA_WRAPPER(fn, tiles, ACC, FLAMIA_MMA_PTX_SS(shape, D, ai, bi, pi, tail), uint64_t a, FLAMIA_MMA_SS_INPUTS)
+#define FLAMIA_WGMMA_RS(fn, tiles, ACC, shape, D, a0, a1, a2, a3, bi, pi, tail)                   \
+  FLAMIA_WGMMA_WRAPPER(fn, tiles, ACC, FLAMIA_MMA_PTX_RS(shape, D, a0, a1, a2, a3, bi, pi, tail), \
+                       const uint32_t (&a)[4], FLAMIA_MMA_RS_INPUTS)
 
 // m64n64k32, A and B from shared memory (S = Q Kᵀ).
-#define FLAMIA_WGMMA_SS_N64                                                 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                              \
-  "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " FLAMIA_WGMMA_D32 \
-  ", %32, %33, p, 1, 1;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_ss(float (&d)[8][4], uint64_t a, uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_SS_N64 : FLAMIA_WGMMA_ACC32("+f") : "l"(a), "l"(b), "r"(1) : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_SS_N64 : FLAMIA_WGMMA_ACC32("=f") : "l"(a), "l"(b), "r"(0) : "memory");
-}
+FLAMIA_WGMMA_SS(mma_ss, 8, FLAMIA_MMA_ACC32, "m64n64k32.f32.e4m3.e4m3", FLAMIA_MMA_D32, 32, 33, 34, "")
 
 // m64n64k32 / m64n128k32, A from registers (the 8-bit k32 A fragment: byte j of a[r] is row
 // 16 w + g + 8 (r % 2), k = 4 q + j + 16 (r / 2)), B from shared memory (O tile = P Vᵀ).
-#define FLAMIA_WGMMA_RS_N64                                                 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                              \
-  "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " FLAMIA_WGMMA_D32 \
-  ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_RS_N64
-                 : FLAMIA_WGMMA_ACC32("+f")
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
-                 : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_RS_N64
-                 : FLAMIA_WGMMA_ACC32("=f")
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0)
-                 : "memory");
-}
-
-#define FLAMIA_WGMMA_RS_N128                                                 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                               \
-  "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FLAMIA_WGMMA_D64 \
-  ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_RS_N128
-                 : FLAMIA_WGMMA_ACC64("+f")
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
-                 : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_RS_N128
-                 : FLAMIA_WGMMA_ACC64("=f")
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0)
-                 : "memory");
-}
-
+FLAMIA_WGMMA_RS(mma_rs, 8, FLAMIA_MMA_ACC32, "m64n64k32.f32.e4m3.e4m3", FLAMIA_MMA_D32, 32, 33, 34, 35, 36, 37, "")
+FLAMIA_WGMMA_RS(mma_rs, 16, FLAMIA_MMA_ACC64, "m64n128k32.f32.e4m3.e4m3", FLAMIA_MMA_D64, 64, 65, 66, 67, 68, 69, "")
 
 // ---- further shapes (the arithmetic probe, tools/wgmma_probe.cu) ---------------------------
 // FP8 m64n128k32 / m64n256k32 with A from shared memory, m64n256k32 with A from registers;
@@ -147,144 +101,23 @@ __device__ __forceinline__ void mma_rs(float (&d)[16][4], const uint32_t (&a)[4]
 // holds rows 16 w + g + 8 (r % 2), k = 2 q + 8 (r / 2) + {0, 1}, as mma.sync m16n8k16).
 // BF16 operands are K-major too (imm-trans-a = imm-trans-b = 0); one k16 step is 32 bytes
 // of every row, the same as an FP8 k32 step, so desc() and KMajorTile serve both.
-#define FLAMIA_WGMMA_ACC128(c)                                                                  \
-  FLAMIA_WGMMA_ACC64(c), FLAMIA_WGMMA_ACC4(c, 16), FLAMIA_WGMMA_ACC4(c, 17), FLAMIA_WGMMA_ACC4(c, 18), \
-      FLAMIA_WGMMA_ACC4(c, 19), FLAMIA_WGMMA_ACC4(c, 20), FLAMIA_WGMMA_ACC4(c, 21),               \
-      FLAMIA_WGMMA_ACC4(c, 22), FLAMIA_WGMMA_ACC4(c, 23), FLAMIA_WGMMA_ACC4(c, 24),               \
-      FLAMIA_WGMMA_ACC4(c, 25), FLAMIA_WGMMA_ACC4(c, 26), FLAMIA_WGMMA_ACC4(c, 27),               \
-      FLAMIA_WGMMA_ACC4(c, 28), FLAMIA_WGMMA_ACC4(c, 29), FLAMIA_WGMMA_ACC4(c, 30), FLAMIA_WGMMA_ACC4(c, 31)
-
-#define FLAMIA_WGMMA_D128 \
-  "{" \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
-  "}"
-
-#define FLAMIA_WGMMA_SS_E4M3_N128 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FLAMIA_WGMMA_D64 ", %64, %65, p, 1, 1;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_ss(float (&d)[16][4], uint64_t a, uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_SS_E4M3_N128 : FLAMIA_WGMMA_ACC64("+f") : "l"(a), "l"(b), "r"(1) : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_SS_E4M3_N128 : FLAMIA_WGMMA_ACC64("=f") : "l"(a), "l"(b), "r"(0) : "memory");
-}
-#undef FLAMIA_WGMMA_SS_E4M3_N128
-
-#define FLAMIA_WGMMA_SS_E4M3_N256 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " FLAMIA_WGMMA_D128 ", %128, %129, p, 1, 1;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_ss(float (&d)[32][4], uint64_t a, uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_SS_E4M3_N256 : FLAMIA_WGMMA_ACC128("+f") : "l"(a), "l"(b), "r"(1) : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_SS_E4M3_N256 : FLAMIA_WGMMA_ACC128("=f") : "l"(a), "l"(b), "r"(0) : "memory");
-}
-#undef FLAMIA_WGMMA_SS_E4M3_N256
-
-#define FLAMIA_WGMMA_RS_E4M3_N256 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " FLAMIA_WGMMA_D128 ", {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_rs(float (&d)[32][4], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_RS_E4M3_N256 : FLAMIA_WGMMA_ACC128("+f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1) : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_RS_E4M3_N256 : FLAMIA_WGMMA_ACC128("=f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0) : "memory");
-}
-#undef FLAMIA_WGMMA_RS_E4M3_N256
-
-#define FLAMIA_WGMMA_SS_BF16_N64 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLAMIA_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_ss_bf16(float (&d)[8][4], uint64_t a, uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_SS_BF16_N64 : FLAMIA_WGMMA_ACC32("+f") : "l"(a), "l"(b), "r"(1) : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_SS_BF16_N64 : FLAMIA_WGMMA_ACC32("=f") : "l"(a), "l"(b), "r"(0) : "memory");
-}
-#undef FLAMIA_WGMMA_SS_BF16_N64
-
-#define FLAMIA_WGMMA_RS_BF16_N64 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLAMIA_WGMMA_D32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_rs_bf16(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_RS_BF16_N64 : FLAMIA_WGMMA_ACC32("+f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1) : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_RS_BF16_N64 : FLAMIA_WGMMA_ACC32("=f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0) : "memory");
-}
-#undef FLAMIA_WGMMA_RS_BF16_N64
-
-#define FLAMIA_WGMMA_SS_BF16_N128 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FLAMIA_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_ss_bf16(float (&d)[16][4], uint64_t a, uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_SS_BF16_N128 : FLAMIA_WGMMA_ACC64("+f") : "l"(a), "l"(b), "r"(1) : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_SS_BF16_N128 : FLAMIA_WGMMA_ACC64("=f") : "l"(a), "l"(b), "r"(0) : "memory");
-}
-#undef FLAMIA_WGMMA_SS_BF16_N128
-
-#define FLAMIA_WGMMA_RS_BF16_N128 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FLAMIA_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_rs_bf16(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_RS_BF16_N128 : FLAMIA_WGMMA_ACC64("+f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1) : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_RS_BF16_N128 : FLAMIA_WGMMA_ACC64("=f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0) : "memory");
-}
-#undef FLAMIA_WGMMA_RS_BF16_N128
-
-#define FLAMIA_WGMMA_SS_BF16_N256 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " FLAMIA_WGMMA_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_ss_bf16(float (&d)[32][4], uint64_t a, uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_SS_BF16_N256 : FLAMIA_WGMMA_ACC128("+f") : "l"(a), "l"(b), "r"(1) : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_SS_BF16_N256 : FLAMIA_WGMMA_ACC128("=f") : "l"(a), "l"(b), "r"(0) : "memory");
-}
-#undef FLAMIA_WGMMA_SS_BF16_N256
-
-#define FLAMIA_WGMMA_RS_BF16_N256 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " FLAMIA_WGMMA_D128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_rs_bf16(float (&d)[32][4], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (kAccumulate)
-    asm volatile(FLAMIA_WGMMA_RS_BF16_N256 : FLAMIA_WGMMA_ACC128("+f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1) : "memory");
-  else
-    asm volatile(FLAMIA_WGMMA_RS_BF16_N256 : FLAMIA_WGMMA_ACC128("=f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0) : "memory");
-}
-#undef FLAMIA_WGMMA_RS_BF16_N256
-
-#undef FLAMIA_WGMMA_D128
-#undef FLAMIA_WGMMA_ACC128
-
-#undef FLAMIA_WGMMA_RS_N128
-#undef FLAMIA_WGMMA_RS_N64
-#undef FLAMIA_WGMMA_SS_N64
-#undef FLAMIA_WGMMA_D64
-#undef FLAMIA_WGMMA_D32
-#undef FLAMIA_WGMMA_ACC64
-#undef FLAMIA_WGMMA_ACC32
-#undef FLAMIA_WGMMA_ACC4
+FLAMIA_WGMMA_SS(mma_ss, 16, FLAMIA_MMA_ACC64, "m64n128k32.f32.e4m3.e4m3", FLAMIA_MMA_D64, 64, 65, 66, "")
+FLAMIA_WGMMA_SS(mma_ss, 32, FLAMIA_MMA_ACC128, "m64n256k32.f32.e4m3.e4m3", FLAMIA_MMA_D128, 128, 129, 130, "")
+FLAMIA_WGMMA_RS(mma_rs, 32, FLAMIA_MMA_ACC128, "m64n256k32.f32.e4m3.e4m3", FLAMIA_MMA_D128, 128, 129, 130, 131, 132,
+                133, "")
+FLAMIA_WGMMA_SS(mma_ss_bf16, 8, FLAMIA_MMA_ACC32, "m64n64k16.f32.bf16.bf16", FLAMIA_MMA_D32, 32, 33, 34, ", 0, 0")
+FLAMIA_WGMMA_RS(mma_rs_bf16, 8, FLAMIA_MMA_ACC32, "m64n64k16.f32.bf16.bf16", FLAMIA_MMA_D32, 32, 33, 34, 35, 36, 37,
+                ", 0")
+FLAMIA_WGMMA_SS(mma_ss_bf16, 16, FLAMIA_MMA_ACC64, "m64n128k16.f32.bf16.bf16", FLAMIA_MMA_D64, 64, 65, 66, ", 0, 0")
+FLAMIA_WGMMA_RS(mma_rs_bf16, 16, FLAMIA_MMA_ACC64, "m64n128k16.f32.bf16.bf16", FLAMIA_MMA_D64, 64, 65, 66, 67, 68,
+                69, ", 0")
+FLAMIA_WGMMA_SS(mma_ss_bf16, 32, FLAMIA_MMA_ACC128, "m64n256k16.f32.bf16.bf16", FLAMIA_MMA_D128, 128, 129, 130,
+                ", 0, 0")
+FLAMIA_WGMMA_RS(mma_rs_bf16, 32, FLAMIA_MMA_ACC128, "m64n256k16.f32.bf16.bf16", FLAMIA_MMA_D128, 128, 129, 130, 131,
+                132, 133, ", 0")
+#undef FLAMIA_WGMMA_RS
+#undef FLAMIA_WGMMA_SS
+#undef FLAMIA_WGMMA_WRAPPER
 
 }  // namespace wgmma
 }  // namespace sm90

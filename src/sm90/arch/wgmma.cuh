@@ -73,16 +73,24 @@ __device__ __forceinline__ void pin(uint32_t (&a)[K][N]) {
 }
 
 // ---- MMAs --------------------------------------------------------------------------------
-// scale-d is a predicate: false -> D = A B (a fresh accumulator), true -> D += A B.
+// The instruction text of every wrapper here and in sm90/wgmma.cuh, from one pattern: the
+// accumulator's R = 4 x (n8 tiles) registers are operands %0 .. %R-1, then A (SS: a
+// descriptor %R; RS: four registers %R .. %R+3), B's descriptor, and scale-d as a predicate
+// from the last operand (0: D = A B, a fresh accumulator; 1: D += A B).
 #define FLAMIA_MMA_ACC4(c, n) c(d[n][0]), c(d[n][1]), c(d[n][2]), c(d[n][3])
-#define FLAMIA_MMA_ACC32                                                                   \
-  FLAMIA_MMA_ACC4("+f", 0), FLAMIA_MMA_ACC4("+f", 1), FLAMIA_MMA_ACC4("+f", 2),           \
-      FLAMIA_MMA_ACC4("+f", 3), FLAMIA_MMA_ACC4("+f", 4), FLAMIA_MMA_ACC4("+f", 5),       \
-      FLAMIA_MMA_ACC4("+f", 6), FLAMIA_MMA_ACC4("+f", 7)
-#define FLAMIA_MMA_ACC64                                                                   \
-  FLAMIA_MMA_ACC32, FLAMIA_MMA_ACC4("+f", 8), FLAMIA_MMA_ACC4("+f", 9),                   \
-      FLAMIA_MMA_ACC4("+f", 10), FLAMIA_MMA_ACC4("+f", 11), FLAMIA_MMA_ACC4("+f", 12),    \
-      FLAMIA_MMA_ACC4("+f", 13), FLAMIA_MMA_ACC4("+f", 14), FLAMIA_MMA_ACC4("+f", 15)
+#define FLAMIA_MMA_ACC32(c)                                                                \
+  FLAMIA_MMA_ACC4(c, 0), FLAMIA_MMA_ACC4(c, 1), FLAMIA_MMA_ACC4(c, 2), FLAMIA_MMA_ACC4(c, 3), \
+      FLAMIA_MMA_ACC4(c, 4), FLAMIA_MMA_ACC4(c, 5), FLAMIA_MMA_ACC4(c, 6), FLAMIA_MMA_ACC4(c, 7)
+#define FLAMIA_MMA_ACC64(c)                                                                   \
+  FLAMIA_MMA_ACC32(c), FLAMIA_MMA_ACC4(c, 8), FLAMIA_MMA_ACC4(c, 9), FLAMIA_MMA_ACC4(c, 10),    \
+      FLAMIA_MMA_ACC4(c, 11), FLAMIA_MMA_ACC4(c, 12), FLAMIA_MMA_ACC4(c, 13), FLAMIA_MMA_ACC4(c, 14), \
+      FLAMIA_MMA_ACC4(c, 15)
+#define FLAMIA_MMA_ACC128(c)                                                                  \
+  FLAMIA_MMA_ACC64(c), FLAMIA_MMA_ACC4(c, 16), FLAMIA_MMA_ACC4(c, 17), FLAMIA_MMA_ACC4(c, 18),  \
+      FLAMIA_MMA_ACC4(c, 19), FLAMIA_MMA_ACC4(c, 20), FLAMIA_MMA_ACC4(c, 21), FLAMIA_MMA_ACC4(c, 22), \
+      FLAMIA_MMA_ACC4(c, 23), FLAMIA_MMA_ACC4(c, 24), FLAMIA_MMA_ACC4(c, 25), FLAMIA_MMA_ACC4(c, 26), \
+      FLAMIA_MMA_ACC4(c, 27), FLAMIA_MMA_ACC4(c, 28), FLAMIA_MMA_ACC4(c, 29), FLAMIA_MMA_ACC4(c, 30), \
+      FLAMIA_MMA_ACC4(c, 31)
 #define FLAMIA_MMA_D32                                                                      \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
   "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -91,51 +99,48 @@ __device__ __forceinline__ void pin(uint32_t (&a)[K][N]) {
   "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
   "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
   "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FLAMIA_MMA_D128                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "             \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "             \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "             \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "             \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+// shape: e.g. m64n128k32.f32.e4m3.e4m3; D: the accumulator list; a, b, p: operand numbers;
+// tail: the BF16 forms' transpose immediates (", 0, 0" SS, ", 0" RS), empty for FP8.
+#define FLAMIA_MMA_PTX_SS(shape, D, a, b, p, tail)                                        \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %" #p ", 0;\n"                                       \
+  "wgmma.mma_async.sync.aligned." shape " " D ", %" #a ", %" #b ", p, 1, 1" tail ";\n}\n"
+#define FLAMIA_MMA_PTX_RS(shape, D, a0, a1, a2, a3, b, p, tail)                                      \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %" #p ", 0;\n"                                                  \
+  "wgmma.mma_async.sync.aligned." shape " " D ", {%" #a0 ", %" #a1 ", %" #a2 ", %" #a3 "}, %" #b \
+  ", p, 1, 1" tail ";\n}\n"
+#define FLAMIA_MMA_SS_INPUTS "l"(a)
+#define FLAMIA_MMA_RS_INPUTS "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])
+
+// A wrapper with scale-d at run time: fn(d, a, b, accumulate).
+#define FLAMIA_MMA_WRAPPER(fn, tiles, ACC, PTX, A_PARAM, INPUTS)                                    \
+  __device__ __forceinline__ void fn(float (&d)[tiles][4], A_PARAM, uint64_t b, bool accumulate) { \
+    asm volatile(PTX : ACC("+f") : INPUTS, "l"(b), "r"(int(accumulate)) : "memory");               \
+  }
 
 // d (+)= A B, A and B from shared memory. N = 8 * (number of n8 tiles of d).
-__device__ __forceinline__ void ss(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " FLAMIA_MMA_D32 ", %32, %33, p, 1, 1;\n}\n"
-      : FLAMIA_MMA_ACC32
-      : "l"(a), "l"(b), "r"(int(accumulate))
-      : "memory");
-}
-__device__ __forceinline__ void ss(float (&d)[16][4], uint64_t a, uint64_t b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FLAMIA_MMA_D64 ", %64, %65, p, 1, 1;\n}\n"
-      : FLAMIA_MMA_ACC64
-      : "l"(a), "l"(b), "r"(int(accumulate))
-      : "memory");
-}
+FLAMIA_MMA_WRAPPER(ss, 8, FLAMIA_MMA_ACC32, FLAMIA_MMA_PTX_SS("m64n64k32.f32.e4m3.e4m3", FLAMIA_MMA_D32, 32, 33, 34, ""),
+                   uint64_t a, FLAMIA_MMA_SS_INPUTS)
+FLAMIA_MMA_WRAPPER(ss, 16, FLAMIA_MMA_ACC64, FLAMIA_MMA_PTX_SS("m64n128k32.f32.e4m3.e4m3", FLAMIA_MMA_D64, 64, 65, 66, ""),
+                   uint64_t a, FLAMIA_MMA_SS_INPUTS)
 
 // d (+)= A B, A from registers (the 8-bit k32 A fragment: byte j of a[r] is row
 // 16 w + g + 8 (r % 2), k = 4 q + j + 16 (r / 2)), B from shared memory.
-__device__ __forceinline__ void rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " FLAMIA_MMA_D32
-      ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-      : FLAMIA_MMA_ACC32
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate))
-      : "memory");
-}
-__device__ __forceinline__ void rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FLAMIA_MMA_D64
-      ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-      : FLAMIA_MMA_ACC64
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate))
-      : "memory");
-}
-
-#undef FLAMIA_MMA_D64
-#undef FLAMIA_MMA_D32
-#undef FLAMIA_MMA_ACC64
-#undef FLAMIA_MMA_ACC32
-#undef FLAMIA_MMA_ACC4
+FLAMIA_MMA_WRAPPER(rs, 8, FLAMIA_MMA_ACC32,
+                   FLAMIA_MMA_PTX_RS("m64n64k32.f32.e4m3.e4m3", FLAMIA_MMA_D32, 32, 33, 34, 35, 36, 37, ""),
+                   const uint32_t (&a)[4], FLAMIA_MMA_RS_INPUTS)
+FLAMIA_MMA_WRAPPER(rs, 16, FLAMIA_MMA_ACC64,
+                   FLAMIA_MMA_PTX_RS("m64n128k32.f32.e4m3.e4m3", FLAMIA_MMA_D64, 64, 65, 66, 67, 68, 69, ""),
+                   const uint32_t (&a)[4], FLAMIA_MMA_RS_INPUTS)
+#undef FLAMIA_MMA_WRAPPER
 
 }  // namespace mma
 }  // namespace sm90
