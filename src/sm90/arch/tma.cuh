@@ -40,39 +40,18 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap& map, ui
       : "memory");
 }
 
-// A contiguous block of global memory (no tensor map) into shared memory, signalling bar with
-// its byte count: bytes a multiple of 16, both addresses 16-byte aligned. PTX ISA
-// "cp.async.bulk".
-__device__ __forceinline__ void load_bulk(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-
-// L2 cache policies for copies whose bytes are used once (PTX ISA "createpolicy"): with
-// evict_first a line such a copy brings into the L2 (or writes there) is the first one
-// replaced, so that a stream of gigabytes leaves the L2 to the tiles other CTAs reuse.
+// The L2 cache policy of a copy whose bytes are used once (PTX ISA "createpolicy"): a line
+// it brings into the L2 (or writes there) is the first one replaced, so that a stream of
+// gigabytes leaves the L2 to the tiles other CTAs reuse. The bulk copies below take it.
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
-__device__ __forceinline__ uint64_t evict_last_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
 
-// load_2d and load_bulk under an L2 cache policy (evict_first_policy, evict_last_policy).
-__device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap& map, uint32_t bar, int c0, int c1,
-                                        uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
-      "l"(map_address(map)), "r"(bar), "r"(c0), "r"(c1), "l"(policy)
-      : "memory");
-}
+// A contiguous block of global memory (no tensor map) into shared memory under an L2 cache
+// policy, signalling bar with its byte count: bytes a multiple of 16, both addresses 16-byte
+// aligned. PTX ISA "cp.async.bulk".
 __device__ __forceinline__ void load_bulk(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
                                           uint64_t policy) {
   asm volatile(
@@ -81,16 +60,12 @@ __device__ __forceinline__ void load_bulk(uint32_t dst, const void* src, uint32_
       : "memory");
 }
 
-// A contiguous block of shared memory to global memory, in the issuing thread's bulk groups:
-// commit_bulk closes a group, wait_bulk_read<N> waits until at most N of its groups still
+// A contiguous block of shared memory to global memory under an L2 cache policy, in the
+// issuing thread's bulk groups: commit_bulk closes a group, wait_bulk_read<N> waits until at most N of its groups still
 // read shared memory (their sources may then be written again), wait_bulk<N> until at most N
 // have not completed their writes. bytes a multiple of 16, both addresses 16-byte aligned;
 // shared-memory writes of other threads reach the copy only through fence.proxy.async and a
 // barrier. PTX ISA "cp.async.bulk", "cp.async.bulk.wait_group".
-__device__ __forceinline__ void store_bulk(void* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
-               : "memory");
-}
 __device__ __forceinline__ void store_bulk(void* dst, uint32_t src, uint32_t bytes, uint64_t policy) {
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;\n" ::"l"(dst), "r"(src),
                "r"(bytes), "l"(policy)
