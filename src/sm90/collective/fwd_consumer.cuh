@@ -7,8 +7,9 @@
 //   fresh = p8 Vᵀ     wgmma m64nDk32 with A = p8 from registers, 4 k-steps (128 keys) into a
 //                     fresh accumulator;
 //   acc = acc * alpha + sigma * fresh    (FP32; sigma * fresh is exact, so one FMUL + FFMA).
-// Software-pipelined: the P·V of tile n and the S of tile n + 1 are issued together, and the
-// fold of P·V(n) runs while the tensor core computes S(n + 1). The two consumer warpgroups
+// Software-pipelined across items: the P·V of tile n and the S of the next tile (the next
+// item's first at an item's last) are issued together, and the fold of P·V(n) — at an item's
+// end also O's store — runs while the tensor core computes that S. The two consumer warpgroups
 // take turns issuing at D = 128 (ping-pong on two named barriers, one turn a tile): while one
 // warpgroup's softmax runs on the FP32/MUFU pipes, the other's MMAs run on the tensor cores.
 #pragma once
@@ -47,153 +48,118 @@ struct TurnOrder {
 template <int D>
 __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, uint32_t base, int consumer_idx) {
   using P = Plan<D>;
-  const uint32_t q_full = base + P::kQFull, q_empty = base + P::kQEmpty;
   const uint32_t full0 = base + P::kFull0, empty0 = base + P::kEmpty0, ready0 = base + P::kReady0;
   const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, q = lane & 3;
-  const uint32_t q_tile = base + P::kQ + consumer_idx * P::kQTile;
   const TurnOrder<D> turns(consumer_idx);
   if (consumer_idx == 1) turns.end();
 
-  const volatile int* const item_slot = reinterpret_cast<const volatile int*>(smem + P::kItem);
-  int kv = 0;  // key tiles consumed so far (all items): the ring position
-  for (int it = 0;; ++it) {
-    // The producer's next item (fwd_producer.cuh): its index beside Q's buffer, announced
-    // with Q's tiles; -1 when none is left. Lane 0 reads it for the warp: lane 0's arrival on
-    // q_empty is what lets the producer write the slot again, so no other lane's read may
-    // remain unordered before it.
-    mbar::wait(q_full, it & 1);
-    const int w = __shfl_sync(0xffffffffu, lane == 0 ? *item_slot : 0, 0);
-    if (w < 0) break;
-    const Item item = item_at(p, w);
-    const DocTile& dt = item.dt;
-    const DocMask mask{dt.len, p.causal};
-    const int i0 = dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer + 16 * warp + g;
-    float sq[2], sqc[2];
+  // The producer's items (fwd_producer.cuh) arrive in the Q buffers in turn, each announced
+  // by its buffer's q_full with its slot: the decoded item (or that none is left) and its
+  // rows' sq. Every lane reads the slot itself and releases its reads on q_empty once the
+  // item's last S is done.
+  int announced = 0;  // items announced so far, the last one's included
+  auto next_announced = [&]() {
+    const int b = announced % P::kQBuffers;
+    mbar::wait(base + P::kQFull0 + 8 * b, (announced / P::kQBuffers) & 1);
+    ++announced;
+    return reinterpret_cast<const volatile ItemSlot*>(smem + P::slot(b))->more != 0;
+  };
+
+  // The current item (in buffer qb) and what its rows carry across its key tiles.
+  Item item;
+  int qb = 0;
+  int i0 = 0;  // this lane's first row, document-local
+  float sq[2], sqc[2];
+  float acc[D / 8][4];
+  RowState rows;
+  auto q_tile = [&](int b) { return base + P::q_buffer(b) + consumer_idx * P::kQTile; };
+  auto begin_item = [&]() {
+    qb = (announced - 1) % P::kQBuffers;
+    const uint8_t* slot = smem + P::slot(qb);
+    item = reinterpret_cast<const ItemSlot*>(slot)->item;
+    const int r0 = consumer_idx * P::kRowsPerConsumer + 16 * warp + g;  // in the item's tile
+    i0 = item.dt.tile * P::kBlockM + r0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int i = i0 + 8 * r;
-      sq[r] = i < dt.len ? __ldg(p.sq + int64_t(item.h) * p.total_tokens + dt.tok0 + i) : 1.0f;
+      const float rows_sq = reinterpret_cast<const float*>(slot + P::kSlotSq)[r0 + 8 * r];
+      sq[r] = i0 + 8 * r < item.dt.len ? rows_sq : 1.0f;
       sqc[r] = __fmul_rn(sq[r], p.c);
     }
-    float acc[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
-    RowState rows;
+    rows = RowState();
+  };
 
-    // Tile n's stage and phase in the ring (kv counts the key tiles over all items).
-    auto stage_of = [&](int n) { return (kv + n) % P::kStages; };
-    auto phase_of = [&](int n) { return ((kv + n) / P::kStages) & 1; };
-    auto issue_scores = [&](ScoreTile& sc, int n) {
-      const uint32_t stage = base + P::stage(stage_of(n));
-      mma::fence();
+  int kv = 0;  // key tiles of earlier items: the ring position of the current item's first
+  // Tile n's stage and phase in the ring (n may run past the item: its successor's tiles).
+  auto stage_of = [&](int n) { return (kv + n) % P::kStages; };
+  auto phase_of = [&](int n) { return ((kv + n) / P::kStages) & 1; };
+  auto issue_scores = [&](ScoreTile& sc, int n, uint32_t q) {
+    const uint32_t stage = base + P::stage(stage_of(n));
+    mma::fence();
 #pragma unroll
-      for (int ks = 0; ks < D / 32; ++ks)
-        mma::ss(sc, mma::desc<P::kQKRowBytes>(q_tile, ks), mma::desc<P::kQKRowBytes>(stage + P::kK, ks), ks > 0);
-      mma::commit();
-    };
-    auto softmax = [&](ScoreTile& sc, int n, TileP& tp) {
-      if (n + 1 == item.num_key_tiles && lane == 0) mbar::arrive(q_empty);  // Q no longer read
-      mbar::wait(ready0 + 8 * stage_of(n), phase_of(n));  // the key-scale warp's values
-      const uint8_t* st = smem + P::stage(stage_of(n));
-      const KeyScales ks{reinterpret_cast<const float*>(st + P::kSk), reinterpret_cast<const float*>(st + P::kSv),
-                         reinterpret_cast<const float*>(st + P::kSvn), reinterpret_cast<const float*>(st + P::kYpre),
-                         *reinterpret_cast<const float*>(st + P::kSigma)};
-      const int n0 = n * P::kBlockN;
-      if (mask_needed_for_query_rows(mask, dt.tile, n, P::kBlockN))
-        softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
-      else
-        softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
-    };
-
-    // Software pipeline over the key tiles: tile n's P·V and tile n + 1's S are issued in one
-    // turn, so that the tensor core computes S(n + 1) while this warpgroup folds P·V(n), and
-    // the other warpgroup's turn follows a whole tile's MMAs (one handshake a tile, not two).
-    ScoreTile sc;
-    TileP tp;
-    const int tiles = item.num_key_tiles;
-    if (tiles > 0) {
-      mbar::wait(full0 + 8 * stage_of(0), phase_of(0));
-      turns.begin();
-      issue_scores(sc, 0);
-      turns.end();
-      mma::wait<0>();
-      mma::pin(sc);
-      softmax(sc, 0, tp);
+    for (int ks = 0; ks < D / 32; ++ks)
+      mma::ss(sc, mma::desc<P::kQKRowBytes>(q, ks), mma::desc<P::kQKRowBytes>(stage + P::kK, ks), ks > 0);
+    mma::commit();
+  };
+  TileP tp;
+  auto softmax = [&](ScoreTile& sc, int n) {
+    if (n + 1 == item.num_key_tiles) mbar::arrive(base + P::kQEmpty0 + 8 * qb);  // Q and the slot no longer read
+    mbar::wait(ready0 + 8 * stage_of(n), phase_of(n));  // the key-scale warp's values
+    const uint8_t* st = smem + P::stage(stage_of(n));
+    const KeyScales ks{reinterpret_cast<const float*>(st + P::kSk), reinterpret_cast<const float*>(st + P::kSv),
+                       reinterpret_cast<const float*>(st + P::kSvn), reinterpret_cast<const float*>(st + P::kYpre),
+                       *reinterpret_cast<const float*>(st + P::kSigma)};
+    const int n0 = n * P::kBlockN;
+    const DocMask mask{item.dt.len, p.causal};
+    if (mask_needed_for_query_rows(mask, item.dt.tile, n, P::kBlockN))
+      softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
+    else
+      softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
+  };
+  auto issue_pv = [&](float (&fresh)[D / 8][4], int n) {
+    const uint32_t stage = base + P::stage(stage_of(n));
+    mma::pin(tp.p8);
+    mma::fence();
+#pragma unroll
+    for (int kk = 0; kk < P::kBlockN / 32; ++kk)
+      mma::rs(fresh, tp.p8[kk], mma::desc<P::kVtRowBytes>(stage + P::kVt, kk), kk > 0);
+    mma::commit();
+  };
+  // acc = acc * alpha + sigma * fresh, once P·V(n) is done (the caller waited).
+  auto fold = [&](float (&fresh)[D / 8][4], int n) {
+    mma::pin(fresh);
+    mma::pin(tp.p8);
+    // This warp is done with the stage: every lane releases its own reads of the stage's
+    // scales (softmax), so that no ordering rests on lanes other than the arriving one.
+    mbar::arrive(empty0 + 8 * stage_of(n));
+    // Once no row of the warp has a new maximum (the common case after the first tiles),
+    // alpha is 1 and acc * alpha == acc: skip the multiply (warp-uniform branch).
+    if (__all_sync(0xffffffffu, tp.alpha[0] == 1.0f && tp.alpha[1] == 1.0f)) {
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], acc[d][e]);
+    } else {
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], __fmul_rn(acc[d][e], tp.alpha[e >> 1]));
     }
-    auto issue_pv = [&](float (&fresh)[D / 8][4], int n) {
-      const uint32_t stage = base + P::stage(stage_of(n));
-      mma::pin(tp.p8);
-      mma::fence();
-#pragma unroll
-      for (int kk = 0; kk < P::kBlockN / 32; ++kk)
-        mma::rs(fresh, tp.p8[kk], mma::desc<P::kVtRowBytes>(stage + P::kVt, kk), kk > 0);
-      mma::commit();
-    };
-    // acc = acc * alpha + sigma * fresh, once P·V(n) is done (the caller waited).
-    auto fold = [&](float (&fresh)[D / 8][4], int n) {
-      mma::pin(fresh);
-      mma::pin(tp.p8);
-      // This warp is done with the stage: every lane releases its own reads of the stage's
-      // scales (softmax), so that no ordering rests on lanes other than the arriving one.
-      mbar::arrive(empty0 + 8 * stage_of(n));
-      // Once no row of the warp has a new maximum (the common case after the first tiles),
-      // alpha is 1 and acc * alpha == acc: skip the multiply (warp-uniform branch).
-      if (__all_sync(0xffffffffu, tp.alpha[0] == 1.0f && tp.alpha[1] == 1.0f)) {
-#pragma unroll
-        for (int d = 0; d < D / 8; ++d)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], acc[d][e]);
-      } else {
-#pragma unroll
-        for (int d = 0; d < D / 8; ++d)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], __fmul_rn(acc[d][e], tp.alpha[e >> 1]));
-      }
-    };
-    // The steady state has no data-dependent branch around an MMA or a wait (ptxas would
-    // serialize the wgmmas), so the last tile is peeled off.
-    for (int n = 0; n + 1 < tiles; ++n) {
-      mbar::wait(full0 + 8 * stage_of(n + 1), phase_of(n + 1));
-      float fresh[D / 8][4];
-      turns.begin();
-      issue_pv(fresh, n);
-      issue_scores(sc, n + 1);
-      turns.end();
-      mma::wait<1>();  // P·V(n) done; S(n + 1) may still run
-      fold(fresh, n);
-      mma::wait<0>();
-      mma::pin(sc);
-      softmax(sc, n + 1, tp);
-    }
-    if (tiles > 0) {
-      float fresh[D / 8][4];
-      turns.begin();
-      issue_pv(fresh, tiles - 1);
-      turns.end();
-      mma::wait<0>();
-      fold(fresh, tiles - 1);
-    }
-    kv += tiles;
-
-    // A tile with no key tile (keys only, or an empty document) hands Q's buffer back and
-    // stores nothing: keys-only rows' O and LSE are not this call's to write.
-    if (tiles == 0) {
-      if (lane == 0) mbar::arrive(q_empty);
-      continue;
-    }
-
-    // Epilogue: O = acc * (1 / l) in bf16 (one division per row, not per element: an IEEE
-    // division is a reciprocal, its refinement and a slow-path check), LSE = (mc + log2 l) *
-    // ln 2; rows past the document are not stored.
+  };
+  // O = acc * (1 / l) in bf16 (one division per row, not per element: an IEEE division is a
+  // reciprocal, its refinement and a slow-path check), LSE = (mc + log2 l) * ln 2; rows past
+  // the document are not stored.
+  auto epilogue = [&]() {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int i = i0 + 8 * r;
-      if (i >= dt.len) continue;
-      const int64_t tok = dt.tok0 + i;
+      if (i >= item.dt.len) continue;
+      const int64_t tok = item.dt.tok0 + i;
       uint16_t* o = p.out + (tok * p.hq + item.h) * D + 2 * q;
       const float inv_l = __frcp_rn(rows.l[r]);
 #pragma unroll
@@ -203,6 +169,66 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       if (q == 0)
         p.lse[int64_t(item.h) * p.total_tokens + tok] =
             __fmul_rn(__fadd_rn(rows.mc[r], log2f(rows.l[r])), 0.693147180559945309f);
+    }
+  };
+
+  // One software pipeline over the key tiles of all the CTA's items: tile n's P·V and the
+  // next tile's S are issued in one turn, so that the tensor core computes S while this
+  // warpgroup folds P·V(n) — and, at an item's last tile, the next item's first S while it
+  // folds and stores the item's O. The other warpgroup's turn follows a whole tile's MMAs
+  // (one handshake a tile). No data-dependent branch straddles an MMA and its wait (ptxas
+  // would serialize the wgmmas), so each item's last tile is peeled off in two forms.
+  if (next_announced()) {
+    ScoreTile sc;
+    begin_item();
+    mbar::wait(full0 + 8 * stage_of(0), phase_of(0));
+    turns.begin();
+    issue_scores(sc, 0, q_tile(qb));
+    turns.end();
+    mma::wait<0>();
+    mma::pin(sc);
+    softmax(sc, 0);
+    for (;;) {
+      const int tiles = item.num_key_tiles;  // >= 1
+      for (int n = 0; n + 1 < tiles; ++n) {
+        mbar::wait(full0 + 8 * stage_of(n + 1), phase_of(n + 1));
+        float fresh[D / 8][4];
+        turns.begin();
+        issue_pv(fresh, n);
+        issue_scores(sc, n + 1, q_tile(qb));
+        turns.end();
+        mma::wait<1>();  // P·V(n) done; S(n + 1) may still run
+        fold(fresh, n);
+        mma::wait<0>();
+        mma::pin(sc);
+        softmax(sc, n + 1);
+      }
+      // The successor is in the other Q buffer (loaded while this item ran); its first key
+      // tile is ring position kv + tiles.
+      float fresh[D / 8][4];
+      if (next_announced()) {
+        mbar::wait(full0 + 8 * stage_of(tiles), phase_of(tiles));
+        turns.begin();
+        issue_pv(fresh, tiles - 1);
+        issue_scores(sc, tiles, q_tile((qb + 1) % P::kQBuffers));
+        turns.end();
+        mma::wait<1>();
+        fold(fresh, tiles - 1);
+        epilogue();
+        kv += tiles;
+        begin_item();
+        mma::wait<0>();
+        mma::pin(sc);
+        softmax(sc, 0);
+      } else {
+        turns.begin();
+        issue_pv(fresh, tiles - 1);
+        turns.end();
+        mma::wait<0>();
+        fold(fresh, tiles - 1);
+        epilogue();
+        break;
+      }
     }
   }
   if (consumer_idx == 0) turns.begin();  // the turn consumer 1 handed over last

@@ -43,13 +43,19 @@ struct Plan {
   static constexpr int kQKRowBytes = D;
   static constexpr int kVtRowBytes = kBlockN;
 
+  // Q buffers. With two the producer loads the next item's Q while the consumers still work
+  // on the current one; measured no faster than one (docs/PERFORMANCE.md v52b), whose Q lands
+  // while the item's last tile is computed.
+  static constexpr int kQBuffers = 1;
+
   // Shared memory, offsets from a 1024-byte aligned base (swizzle atoms must not straddle).
   static constexpr int kQTile = kRowsPerConsumer * D;
   static constexpr int kKTile = kBlockN * D;
   static constexpr int kVtTile = D * kBlockN;
   static constexpr int kScaleBytes = kBlockN * 4;
-  static constexpr int kQ = 0;  // consumer c's Q rows at kQ + c * kQTile
-  static constexpr int kStage0 = kQ + kConsumers * kQTile;
+  static constexpr int kQBufBytes = kConsumers * kQTile;
+  static constexpr int kQ = 0;  // buffer b's Q rows of consumer c at kQ + b * kQBufBytes + c * kQTile
+  static constexpr int kStage0 = kQ + kQBuffers * kQBufBytes;
   // A stage: K and Vᵀ (TMA), the key scales sk, sv (the producer's cp.async), and what the
   // key-scale warp derives from sv for P's scale (ALGORITHM.md §2 step 5): svn = sv / sigma of
   // the whole tile (sk's order), the prefix maxima of sv in key order, and sigma itself.
@@ -61,22 +67,30 @@ struct Plan {
   static constexpr int kStageBytes = (kSigma + 16 + 1023) / 1024 * 1024;
   static_assert(kKTile % 1024 == 0 && kVtTile % 1024 == 0, "aligned tiles");
   static constexpr int kBarriers = kStage0 + kStages * kStageBytes;
-  // mbarriers (8 bytes each): q_full, q_empty, full[kStages], empty[kStages], ready[kStages].
-  static constexpr int kQFull = kBarriers, kQEmpty = kQFull + 8;
-  static constexpr int kFull0 = kQEmpty + 8, kEmpty0 = kFull0 + 8 * kStages, kReady0 = kEmpty0 + 8 * kStages;
-  // int: the work item whose Q tile q_full announces (-1: none left), the producer's.
-  static constexpr int kItem = kReady0 + 8 * kStages;
-  static constexpr int kBytes = kItem + 16;
+  // mbarriers (8 bytes each): q_full[kQBuffers], q_empty[kQBuffers], full[kStages],
+  // empty[kStages], ready[kStages].
+  static constexpr int kQFull0 = kBarriers, kQEmpty0 = kQFull0 + 8 * kQBuffers;
+  static constexpr int kFull0 = kQEmpty0 + 8 * kQBuffers, kEmpty0 = kFull0 + 8 * kStages,
+                       kReady0 = kEmpty0 + 8 * kStages;
+  // Beside each Q buffer, what q_full announces with it (the producer's): the item, decoded
+  // (ItemSlot), and the per-token scales of its kBlockM query rows, copied by cp.async.
+  static constexpr int kSlot0 = kReady0 + 8 * kStages;
+  static constexpr int kSlotBytes = 64 + kBlockM * 4;
+  static constexpr int kSlotSq = 64;  // offset of the rows' sq in a slot
+  static constexpr int kBytes = kSlot0 + kQBuffers * kSlotBytes;
   static constexpr int kAlloc = kBytes + 1024;  // room to align the dynamic base
 
   __host__ __device__ static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
-  // Arrivals that complete a phase: full = the producer lane's expect_tx + 32 lanes' scale
-  // copies landing; empty = every consumer thread once it is done reading the stage (its
-  // lanes read the key scales, each releasing its own reads); q_empty = every consumer
-  // warp's lane 0 (Q is read only by the warpgroup's wgmma, waited for before).
+  __host__ __device__ static constexpr int q_buffer(int b) { return kQ + b * kQBufBytes; }
+  __host__ __device__ static constexpr int slot(int b) { return kSlot0 + b * kSlotBytes; }
+  // Arrivals that complete a phase: full and q_full = the producer lane's expect_tx + 32
+  // lanes' scale copies landing; empty and q_empty = every consumer thread once it is done
+  // reading the stage or the slot (each releasing its own reads; Q itself is read only by the
+  // warpgroup's wgmma, waited for before).
   static constexpr int kFullArrivals = 1 + 32;
   static constexpr int kEmptyArrivals = kConsumers * 128;
-  static constexpr int kQEmptyArrivals = kConsumers * 4;
+  static constexpr int kQFullArrivals = 1 + 32;
+  static constexpr int kQEmptyArrivals = kConsumers * 128;
   static constexpr int kReadyArrivals = 32;  // the key-scale warp's lanes, each once its writes are done
   static constexpr int kTmaBytesPerStage = kKTile + kVtTile;
 };
@@ -107,6 +121,14 @@ struct Item {
   int h, hk;
   int num_key_tiles;  // 0: nothing to compute (a tile before q_start, or an empty document)
 };
+
+// What the producer announces with a Q buffer: the item it decoded (the consumers read it,
+// not the work list and cu_seqlens again), or none left.
+struct ItemSlot {
+  Item item;
+  int more;  // 0: no item is left
+};
+static_assert(sizeof(ItemSlot) <= 64, "the slot's item fits before its scales");
 
 __device__ __forceinline__ Item item_at(const Params& p, int w) {
   Item it;

@@ -1,12 +1,13 @@
 // The forward's producer warp: takes the CTA's work items and keeps the pipeline full. The
 // first item of CTA b is item b, each later one the grid size plus the counter's next value
 // (fetched while the item's loads go out), so a CTA that finishes early takes more items.
-// Per item, once Q's buffer is free, it writes the item's index beside the buffer (-1 when
-// none is left) and loads the two 64-row Q tiles, both announced by q_full; per key tile it
-// waits for a free stage, writes the tile's key count into it, starts the TMA loads of K and
-// Vᵀ, and copies the tile's 128 key scales sk, sv with plain loads (one contiguous run of an
-// [H][T] array, whose start need not be 16-byte aligned, which a TMA box start would have to
-// be) by cp.async, in the order the consumers read them (scales_index). After the last item
+// Per item with key tiles, once a Q buffer is free (Plan::kQBuffers), it writes the decoded
+// item into the buffer's slot (or that none is left), loads the two 64-row Q tiles and copies
+// the rows' sq by cp.async, all announced by the buffer's q_full; per key tile it waits for a
+// free stage, writes the tile's key count into it, starts the TMA loads of K and Vᵀ, and
+// copies the tile's 128 key scales sk, sv with plain loads (one contiguous run of an [H][T]
+// array, whose start need not be 16-byte aligned, which a TMA box start would have to be) by
+// cp.async, in the order the consumers read them (scales_index). After the last item
 // one more stage with no keys ends the key-scale warp's walk.
 //
 // Rows past the document end are loaded as they are (the next document's codes, or TMA's
@@ -27,7 +28,6 @@ namespace fwd {
 template <int D>
 __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_t base, int lane) {
   using P = Plan<D>;
-  const uint32_t q_full = base + P::kQFull, q_empty = base + P::kQEmpty;
   const uint32_t full0 = base + P::kFull0, empty0 = base + P::kEmpty0;
   if (lane == 0) {
     tma::prefetch_map(p.q8);
@@ -35,31 +35,58 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
     tma::prefetch_map(p.vt8);
   }
   const int items = item_count(p.work) * p.hq;
-  volatile int* const item_slot = reinterpret_cast<volatile int*>(smem + P::kItem);
   int kv = 0;  // key tiles issued so far (stage = kv % kStages, phase = kv / kStages)
+  auto take_next = [&]() {
+    int next = 0;
+    if (lane == 0) next = int(gridDim.x) + atomicAdd(p.next_item, 1);
+    return __shfl_sync(0xffffffffu, next, 0);
+  };
   for (int w = blockIdx.x, it = 0;; ++it) {
-    // Q's buffer and the item slot are free once the consumers are done with the last item
-    // (they read the slot before releasing the buffer).
-    mbar::wait(q_empty, (it & 1) ^ 1);
+    // An item without key tiles (keys-only rows before q_start, an empty document) has
+    // nothing to compute and stores nothing (its rows' O and LSE are not this call's to
+    // write): it is not announced, so that every item the consumers see has a first S.
+    Item item;
+    while (w < items && (item = item_at(p, w)).num_key_tiles == 0) w = take_next();
+    // Buffer b and its slot are free once the consumers are done with the item before last
+    // (every consumer thread releases its own reads of the slot).
+    const int b = it % P::kQBuffers;
+    const uint32_t q_full = base + P::kQFull0 + 8 * b;
+    ItemSlot* const slot = reinterpret_cast<ItemSlot*>(smem + P::slot(b));
+    mbar::wait(base + P::kQEmpty0 + 8 * b, ((it / P::kQBuffers) & 1) ^ 1);
     if (w >= items) {
+      // None left: lane 0 announces it, every lane arrives as for an item (lane 0 twice).
       if (lane == 0) {
-        *item_slot = -1;
+        slot->more = 0;
         mbar::arrive(q_full);
       }
+      mbar::arrive(q_full);
       break;
     }
-    const Item item = item_at(p, w);
     const int64_t tok0 = item.dt.tok0;
     const int m0 = item.dt.tile * P::kBlockM;
     int next = 0;
     if (lane == 0) {
-      *item_slot = w;
+      slot->item = item;
+      slot->more = 1;
       mbar::arrive_expect_tx(q_full, P::kConsumers * P::kQTile);
 #pragma unroll
       for (int c = 0; c < P::kConsumers; ++c)
-        tma::load_3d(base + P::kQ + c * P::kQTile, p.q8, q_full, 0, item.h,
+        tma::load_3d(base + P::q_buffer(b) + c * P::kQTile, p.q8, q_full, 0, item.h,
                      int(tok0 + m0 + c * P::kRowsPerConsumer));
       next = int(gridDim.x) + atomicAdd(p.next_item, 1);
+    }
+    {
+      // The rows' sq (one contiguous run of the [Hq][T] array; past the tensor zero-filled,
+      // past the document selected away by the consumers).
+      const uint32_t sq_dst = base + P::slot(b) + P::kSlotSq;
+#pragma unroll
+      for (int k = 0; k < P::kBlockM / 32; ++k) {
+        const int i = lane + 32 * k;
+        const int64_t tok = tok0 + m0 + i;
+        const bool in = tok < p.total_tokens;
+        ptx::cp_async_4(sq_dst + 4 * i, p.sq + int64_t(item.h) * p.total_tokens + (in ? tok : 0), in);
+      }
+      mbar::arrive_when_copies_land(q_full);
     }
     for (int n = 0; n < item.num_key_tiles; ++n, ++kv) {
       const int s = kv % P::kStages;

@@ -26,8 +26,10 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
   uint8_t* smem = smem_raw + (base - raw);
 
   if (threadIdx.x == 0) {
-    mbar::init(base + P::kQFull, 1);  // the producer's expect_tx
-    mbar::init(base + P::kQEmpty, P::kQEmptyArrivals);
+    for (int b = 0; b < P::kQBuffers; ++b) {
+      mbar::init(base + P::kQFull0 + 8 * b, P::kQFullArrivals);
+      mbar::init(base + P::kQEmpty0 + 8 * b, P::kQEmptyArrivals);
+    }
     for (int s = 0; s < P::kStages; ++s) {
       mbar::init(base + P::kFull0 + 8 * s, P::kFullArrivals);
       mbar::init(base + P::kEmpty0 + 8 * s, P::kEmptyArrivals);
