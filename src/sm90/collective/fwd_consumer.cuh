@@ -203,8 +203,8 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
         mma::pin(sc);
         softmax(sc, n + 1);
       }
-      // The successor is in the other Q buffer (loaded while this item ran); its first key
-      // tile is ring position kv + tiles.
+      // The successor is in the next Q buffer (the same one when Plan::kQBuffers is 1: its Q
+      // loads once this item's last S is done); its first key tile is ring position kv + tiles.
       float fresh[D / 8][4];
       if (next_announced()) {
         mbar::wait(full0 + 8 * stage_of(tiles), phase_of(tiles));
