@@ -59,6 +59,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   // rows' sq. Every lane reads the slot itself and releases its reads on q_empty once the
   // item's last S is done.
   int announced = 0;  // items announced so far, the last one's included
+  auto newest_buffer = [&]() { return (announced - 1) % P::kQBuffers; };
   auto next_announced = [&]() {
     const int b = announced % P::kQBuffers;
     mbar::wait(base + P::kQFull0 + 8 * b, (announced / P::kQBuffers) & 1);
@@ -75,7 +76,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   RowState rows;
   auto q_tile = [&](int b) { return base + P::q_buffer(b) + consumer_idx * P::kQTile; };
   auto begin_item = [&]() {
-    qb = (announced - 1) % P::kQBuffers;
+    qb = newest_buffer();
     const uint8_t* slot = smem + P::slot(qb);
     item = reinterpret_cast<const ItemSlot*>(slot)->item;
     const int r0 = consumer_idx * P::kRowsPerConsumer + 16 * warp + g;  // in the item's tile
@@ -210,7 +211,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
         mbar::wait(full0 + 8 * stage_of(tiles), phase_of(tiles));
         turns.begin();
         issue_pv(fresh, tiles - 1);
-        issue_scores(sc, tiles, q_tile((qb + 1) % P::kQBuffers));
+        issue_scores(sc, tiles, q_tile(newest_buffer()));
         turns.end();
         mma::wait<1>();
         fold(fresh, tiles - 1);

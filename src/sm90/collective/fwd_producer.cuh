@@ -36,10 +36,12 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
   }
   const int items = item_count(p.work) * p.hq;
   int kv = 0;  // key tiles issued so far (stage = kv % kStages, phase = kv / kStages)
-  auto take_next = [&]() {
-    int next = 0;
-    if (lane == 0) next = int(gridDim.x) + atomicAdd(p.next_item, 1);
-    return __shfl_sync(0xffffffffu, next, 0);
+  auto claim_next = [&]() { return int(gridDim.x) + atomicAdd(p.next_item, 1); };  // lane 0's
+  auto take_next = [&]() { return __shfl_sync(0xffffffffu, lane == 0 ? claim_next() : 0, 0); };
+  // A token's scale of an [H][T] scale array by cp.async; past the tensor zero-filled.
+  auto copy_scale = [&](uint32_t dst, const float* head_scales, int64_t tok) {
+    const bool in = tok < p.total_tokens;
+    ptx::cp_async_4(dst, head_scales + (in ? tok : 0), in);
   };
   for (int w = blockIdx.x, it = 0;; ++it) {
     // An item without key tiles (keys-only rows before q_start, an empty document) has
@@ -47,8 +49,8 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
     // write): it is not announced, so that every item the consumers see has a first S.
     Item item;
     while (w < items && (item = item_at(p, w)).num_key_tiles == 0) w = take_next();
-    // Buffer b and its slot are free once the consumers are done with the item before last
-    // (every consumer thread releases its own reads of the slot).
+    // Buffer b and its slot are free once the consumers are done with the item kQBuffers
+    // before this one (every consumer thread releases its own reads of the slot).
     const int b = it % P::kQBuffers;
     const uint32_t q_full = base + P::kQFull0 + 8 * b;
     ItemSlot* const slot = reinterpret_cast<ItemSlot*>(smem + P::slot(b));
@@ -73,18 +75,17 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
       for (int c = 0; c < P::kConsumers; ++c)
         tma::load_3d(base + P::q_buffer(b) + c * P::kQTile, p.q8, q_full, 0, item.h,
                      int(tok0 + m0 + c * P::kRowsPerConsumer));
-      next = int(gridDim.x) + atomicAdd(p.next_item, 1);
+      next = claim_next();
     }
     {
       // The rows' sq (one contiguous run of the [Hq][T] array; past the tensor zero-filled,
       // past the document selected away by the consumers).
       const uint32_t sq_dst = base + P::slot(b) + P::kSlotSq;
+      const float* const sq_head = p.sq + int64_t(item.h) * p.total_tokens;
 #pragma unroll
       for (int k = 0; k < P::kBlockM / 32; ++k) {
         const int i = lane + 32 * k;
-        const int64_t tok = tok0 + m0 + i;
-        const bool in = tok < p.total_tokens;
-        ptx::cp_async_4(sq_dst + 4 * i, p.sq + int64_t(item.h) * p.total_tokens + (in ? tok : 0), in);
+        copy_scale(sq_dst + 4 * i, sq_head, tok0 + m0 + i);
       }
       mbar::arrive_when_copies_land(q_full);
     }
@@ -105,12 +106,9 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
       const int64_t head_off = int64_t(item.hk) * p.total_tokens;
 #pragma unroll
       for (int k = 0; k < P::kBlockN / 32; ++k) {
-        const int j = lane + 32 * k;
-        const int64_t tok = tok0 + n0 + j;
-        const bool in = tok < p.total_tokens;  // past the tensor: zero-filled, masked anyway
-        const int64_t at = head_off + (in ? tok : 0);
-        ptx::cp_async_4(sk_dst + 4 * scales_index(j), p.sk + at, in);
-        ptx::cp_async_4(sv_dst + 4 * scales_index(j), p.sv + at, in);
+        const int j = lane + 32 * k;  // keys past the tensor are masked anyway
+        copy_scale(sk_dst + 4 * scales_index(j), p.sk + head_off, tok0 + n0 + j);
+        copy_scale(sv_dst + 4 * scales_index(j), p.sv + head_off, tok0 + n0 + j);
       }
       mbar::arrive_when_copies_land(full);
     }
