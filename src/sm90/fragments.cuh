@@ -25,6 +25,22 @@ using TileAcc = float[8][4];
 __device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
 __device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }
 
+// ---- per-column values in the lanes' order ---------------------------------------------
+// Position of column j's value in a per-column array (a tile's per-token scales, LSE, D)
+// that the lanes read as accumulator columns: lane q uses columns 8 n + 2 q + {0, 1}, and
+// stored as [n / 2][q][4] its four values of n8-tiles 2 m and 2 m + 1 are one float4 (one
+// shared-memory load where the natural order takes two 8-byte ones), the four lanes of a
+// quad 16 bytes apart (distinct banks).
+__device__ __forceinline__ int lane_column_index(int j) {
+  const int n = j >> 3, q = (j >> 1) & 3, b = j & 1;
+  return 4 * (4 * (n >> 1) + q) + 2 * (n & 1) + b;
+}
+// load_scalar (tile_io.cuh) into that order: thread i (0..63) copies token i's value.
+__device__ __forceinline__ void load_scalar_lane_ordered(uint32_t dst, const float* src, int valid, int i) {
+  const bool ok = i < valid;
+  ptx::cp_async_4(dst + 4 * lane_column_index(i), ok ? src + i : src, ok);
+}
+
 // ---- reductions over the 4 lanes that share a row --------------------------------------
 __device__ __forceinline__ float quad_max_nan(float x) {
   x = ptx::max_nan(x, __shfl_xor_sync(0xffffffffu, x, 1));

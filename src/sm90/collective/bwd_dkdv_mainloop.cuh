@@ -20,9 +20,10 @@ namespace flamia {
 namespace sm90 {
 namespace bwd {
 
-// Calls f(n, e, col, r, visible) for element [n][e] of a warpgroup's Sᵀ / dPᵀ tile (rows =
-// keys, columns = queries): the element's query column col, its key row r (0: j0, 1: j0 + 8)
-// and whether that pair is visible.
+// Calls f(n, e, col, at, r, visible) for element [n][e] of a warpgroup's Sᵀ / dPᵀ tile (rows
+// = keys, columns = queries): the element's query column col, the position of its per-query
+// values in the stage (lane_column_index: a lane's values of two n8-tiles are one float4
+// load), its key row r (0: j0, 1: j0 + 8) and whether that pair is visible.
 template <bool kMask, class F>
 __device__ __forceinline__ void for_each_pair(const DocMask& mask, int m0, int j0, F f) {
   const int q = lane_id() & 3;
@@ -31,7 +32,7 @@ __device__ __forceinline__ void for_each_pair(const DocMask& mask, int m0, int j
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
-      f(n, e, col, r, !kMask || mask.visible(m0 + col, j0 + 8 * r));
+      f(n, e, col, lane_column_index(col), r, !kMask || mask.visible(m0 + col, j0 + 8 * r));
     }
 }
 
@@ -75,7 +76,8 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
   if constexpr (!kMixed) {
     float sdo_max = 0.0f;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) sdo_max = fmaxf(sdo_max, fmaxf(sdo[8 * n + 2 * q], sdo[8 * n + 2 * q + 1]));
+    for (int n = 0; n < 8; ++n)
+      sdo_max = fmaxf(sdo_max, fmaxf(sdo[lane_column_index(8 * n + 2 * q)], sdo[lane_column_index(8 * n + 2 * q + 1)]));
     sdo_max = fmaxf(sdo_max, __shfl_xor_sync(0xffffffffu, sdo_max, 1));
     sdo_max = fmaxf(sdo_max, __shfl_xor_sync(0xffffffffu, sdo_max, 2));
     sigma = fmt::pow2_scale_e4m3(sdo_max);
@@ -90,12 +92,12 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     // passes: the same bits). At D = 64 that order was 0.8 % slower (docs/PERFORMANCE.md
     // v34): one pass forms both, and both products follow.
     constexpr bool kDvFirst = D == 128;
-    for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int r, bool visible) {
-      const float s_comb = __fmul_rn(skc_row[r], sq[col]);
+    for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int at, int r, bool visible) {
+      const float s_comb = __fmul_rn(skc_row[r], sq[at]);
       if constexpr (kDvFirst) {
-        s[n][e] = visible ? pair_p(s[n][e], s_comb, lse2[col]) : 0.0f;
+        s[n][e] = visible ? pair_p(s[n][e], s_comb, lse2[at]) : 0.0f;
       } else {
-        const PairGrad pg = pair_grad(s[n][e], dp[n][e], s_comb, __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
+        const PairGrad pg = pair_grad(s[n][e], dp[n][e], s_comb, __fmul_rn(sdo[at], sv_row[r]), lse2[at], dvec[at]);
         s[n][e] = visible ? pg.p : 0.0f;
         dp[n][e] = visible ? pg.ds : 0.0f;
       }
@@ -104,8 +106,8 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     if constexpr (kDvFirst) {
       chain_token_product<D>(dv, pv, st + S::kDot);
       // dS = P (dP - D): pair_grad's second half, on the P just formed.
-      for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int r, bool visible) {
-        const float ds = pair_ds(s[n][e], dp[n][e], __fmul_rn(sdo[col], sv_row[r]), dvec[col]);
+      for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int at, int r, bool visible) {
+        const float ds = pair_ds(s[n][e], dp[n][e], __fmul_rn(sdo[at], sv_row[r]), dvec[at]);
         dp[n][e] = visible ? ds : 0.0f;
       });
     }
@@ -144,11 +146,11 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       for (int r = 0; r < 2; ++r)
         sk_row[r] = reinterpret_cast<const float*>(smem + keys + S::kSk)[row0 + (lane_id() >> 2) + 8 * r];
     }
-    for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int r, bool visible) {
-      const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(skc_row[r], sq[col]),
-                                    __fmul_rn(sdo[col], sv_row[r]), lse2[col], dvec[col]);
-      s[n][e] = visible ? __fmul_rn(pg.p, __fmul_rn(sdo[col], inv_sigma)) : 0.0f;
-      dp[n][e] = visible ? __fmul_rn(pg.ds, sq[col]) : 0.0f;
+    for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int at, int r, bool visible) {
+      const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(skc_row[r], sq[at]),
+                                    __fmul_rn(sdo[at], sv_row[r]), lse2[at], dvec[at]);
+      s[n][e] = visible ? __fmul_rn(pg.p, __fmul_rn(sdo[at], inv_sigma)) : 0.0f;
+      dp[n][e] = visible ? __fmul_rn(pg.ds, sq[at]) : 0.0f;
       if constexpr (kStoreDs) {
         const float x = visible ? __fmul_rn(pg.ds, sk_row[r]) : 0.0f;
         const int key = row0 + (lane_id() >> 2) + 8 * r;

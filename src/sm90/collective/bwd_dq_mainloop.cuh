@@ -55,10 +55,11 @@ __device__ __forceinline__ TokenOperand<kMixed> dq_operand_of_tile(const uint8_t
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
+      const int at = lane_column_index(col);  // the stage's key values are in the lanes' order
       const bool visible = !kMask || mask.visible(i0 + 8 * r, n0 + col);
-      const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(__fmul_rn(sk[col], c), sq[r]),
-                                    __fmul_rn(sdo[r], sv[col]), lse2[r], d[r]);
-      s[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sk[col])) : 0.0f;
+      const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(__fmul_rn(sk[at], c), sq[r]),
+                                    __fmul_rn(sdo[r], sv[at]), lse2[r], d[r]);
+      s[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sk[at])) : 0.0f;
     }
   return token_operand<kMixed>(s);
 }

@@ -7,7 +7,7 @@
 // free stage, writes the tile's key count into it, starts the TMA loads of K and Vᵀ, and
 // copies the tile's 128 key scales sk, sv with plain loads (one contiguous run of an [H][T]
 // array, whose start need not be 16-byte aligned, which a TMA box start would have to be) by
-// cp.async, in the order the consumers read them (scales_index). After the last item
+// cp.async, in the order the consumers read them (lane_column_index). After the last item
 // one more stage with no keys ends the key-scale warp's walk.
 //
 // Rows past the document end are loaded as they are (the next document's codes, or TMA's
@@ -107,8 +107,8 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
 #pragma unroll
       for (int k = 0; k < P::kBlockN / 32; ++k) {
         const int j = lane + 32 * k;  // keys past the tensor are masked anyway
-        copy_scale(sk_dst + 4 * scales_index(j), p.sk + head_off, tok0 + n0 + j);
-        copy_scale(sv_dst + 4 * scales_index(j), p.sv + head_off, tok0 + n0 + j);
+        copy_scale(sk_dst + 4 * lane_column_index(j), p.sk + head_off, tok0 + n0 + j);
+        copy_scale(sv_dst + 4 * lane_column_index(j), p.sv + head_off, tok0 + n0 + j);
       }
       mbar::arrive_when_copies_land(full);
     }
@@ -155,7 +155,7 @@ __device__ __forceinline__ void key_scales(uint8_t* smem, uint32_t base, int lan
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int j = 4 * lane + k;
-      if (j < valid) run = ptx::max_nan(run, sv[scales_index(j)]);
+      if (j < valid) run = ptx::max_nan(run, sv[lane_column_index(j)]);
       y[k] = run;
     }
 #pragma unroll
@@ -175,7 +175,7 @@ __device__ __forceinline__ void key_scales(uint8_t* smem, uint32_t base, int lan
     float* svn = reinterpret_cast<float*>(st + P::kSvn);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const int at = scales_index(4 * lane + k);
+      const int at = lane_column_index(4 * lane + k);
       svn[at] = __fmul_rn(sv[at], inv);
     }
     if (lane == 0) *reinterpret_cast<float*>(st + P::kSigma) = sigma;

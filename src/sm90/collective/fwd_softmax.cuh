@@ -47,7 +47,7 @@ struct TileP {
 constexpr int kChains = 4;
 
 // What the stage holds about the tile's keys (fwd_plan.cuh): sk, sv and svn in the consumers'
-// per-lane order (scales_index), the prefix maxima of sv in key order, and sigma of the rows
+// per-lane order (lane_column_index), the prefix maxima of sv in key order, and sigma of the rows
 // that see the whole tile (the key-scale warp's, fwd_producer.cuh).
 struct KeyScales {
   const float* sk;
@@ -64,7 +64,7 @@ struct KeyScales {
 __device__ __forceinline__ bool pm_keeps_tile_sigma(float pm) { return pm > 0.875f && pm <= 1.75f; }
 
 // Calls f(n, e, a) for every element [n][e] of the lane's score tile, a the value of the
-// per-key array `keys` (in scales_index order) for the element's column: one float4 load
+// per-key array `keys` (in lane_column_index order) for the element's column: one float4 load
 // serves n8-tiles 2 n2 and 2 n2 + 1, the four lanes of a quad reading distinct banks.
 template <class F>
 __device__ __forceinline__ void for_each_score(const float* keys, F f) {
@@ -173,15 +173,6 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
         const int n = 4 * kk + 2 * h;
         out.p8[kk][2 * h + r] = ptx::pack_e4m3x4(s[n][2 * r], s[n][2 * r + 1], s[n + 1][2 * r], s[n + 1][2 * r + 1]);
       }
-}
-
-// Position of key j's scale in the tile's scale array. Lane q uses the columns
-// 8 n + 2 q + {0, 1} (n = 0..15); stored as [n / 2][q][4], its four floats for n8-tiles
-// 2 m and 2 m + 1 are one float4, and the four lanes' float4 of one step are 16 bytes apart
-// (distinct banks, no conflict).
-__device__ __forceinline__ int scales_index(int j) {
-  const int n = j >> 3, q = (j >> 1) & 3, b = j & 1;
-  return 4 * (4 * (n >> 1) + q) + 2 * (n & 1) + b;
 }
 
 }  // namespace fwd

@@ -214,13 +214,14 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     tma::load_2d(st + S::kQt, a.qt_cols, full, kMixed ? 2 * pos : pos, t.h * D);  // BF16: byte coordinates
   };
   // Every thread: one of a step's 256 per-query values (thread t: value t % 64 of sq, sdo,
-  // LSE, D for t / 64 = 0..3, as laid out from kSqT on), by cp.async.
+  // LSE, D for t / 64 = 0..3, as laid out from kSqT on, each in the lanes' column order), by
+  // cp.async.
   const int value_i = int(threadIdx.x) & (kTileTokens - 1), value_kind = int(threadIdx.x) / kTileTokens;
   const float* const values = value_kind == 0 ? a.sq : value_kind == 1 ? a.sdo : value_kind == 2 ? a.lse2 : a.dvec;
   auto load_query_values = [&](int s, QueryTile t) {
     const int m0 = t.m * kTileTokens;
-    load_scalar(base + S::stage(s) + S::kSqT + value_kind * kScalarTileBytes,
-                values + (t.h * a.total_tokens + dt.tok0 + m0), dt.len - m0, value_i);
+    load_scalar_lane_ordered(base + S::stage(s) + S::kSqT + value_kind * kScalarTileBytes,
+                             values + (t.h * a.total_tokens + dt.tok0 + m0), dt.len - m0, value_i);
   };
   // Every thread: a step into the next stage of the ring, once every thread has left it.
   StageCursor<S::kStages> load, use;
@@ -371,13 +372,14 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
     tma::load_2d(st + S::kKt, a.kt_cols, full, kMixed ? 2 * pos : pos, hk * D);  // BF16: byte coordinates
   };
   // Warpgroup 0: a key tile's 128 key scales (thread t: value t % 64 of sk, sv for
-  // t / 64 = 0, 1, as laid out from kSk on), by cp.async.
+  // t / 64 = 0, 1, as laid out from kSk on, each in the lanes' column order), by cp.async.
   const int value_i = int(threadIdx.x) & (kTileTokens - 1), value_kind = int(threadIdx.x) / kTileTokens;
   const float* const values = (value_kind == 0 ? a.sk : a.sv) + hk * a.total_tokens + dt.tok0;
   auto load_key_values = [&](int s, int n) {
     const int n0 = n * kTileTokens;
     if (value_kind < 2)
-      load_scalar(base + S::stage(s) + S::kSk + value_kind * kScalarTileBytes, values + n0, dt.len - n0, value_i);
+      load_scalar_lane_ordered(base + S::stage(s) + S::kSk + value_kind * kScalarTileBytes, values + n0, dt.len - n0,
+                               value_i);
   };
   // Every thread: key tile n into the next stage of the ring, once every thread has left it.
   StageCursor<> load, use;
