@@ -13,6 +13,19 @@ struct DocMask {
   __device__ __forceinline__ bool visible(int i, int j) const {
     return i < len && j < len && (!causal || j <= i);
   }
+  // What a row sees of a tile is a run of its columns, so a masked tile needs one compare per
+  // element against a per-row bound instead of the three of visible() and its index sums.
+  // Query i sees key n0 + col (col >= 0) iff col < visible_keys(i, n0).
+  __device__ __forceinline__ int visible_keys(int i, int n0) const {
+    return i < len ? (causal ? i + 1 : len) - n0 : 0;
+  }
+  // Key j sees query m0 + col (col >= 0) iff lo <= col < hi.
+  struct Run {
+    int lo, hi;
+  };
+  __device__ __forceinline__ Run visible_queries(int j, int m0) const {
+    return {causal ? j - m0 : 0, j < len ? len - m0 : 0};
+  }
 };
 
 // Query tile m against key tile n, when rows are queries and the row-wise reductions run

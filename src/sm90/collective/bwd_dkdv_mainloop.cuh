@@ -24,15 +24,51 @@ namespace bwd {
 // = keys, columns = queries): the element's query column col, the position of its per-query
 // values in the stage (lane_column_index: a lane's values of two n8-tiles are one float4
 // load), its key row r (0: j0, 1: j0 + 8) and whether that pair is visible.
-template <bool kMask, class F>
+// Which of a lane's pairs its two key rows see: each row sees a run of the tile's query
+// columns (masks.cuh, visible_queries), and element [n][e] is column 8 n + b (b = e & 1)
+// counted from the lane's first column. Two forms of the same test: kBits keeps each row's
+// run as bit n of seen[r][b], for a caller that reads every element's visibility in two
+// passes (ptxas otherwise forms the predicates once and packs them into registers: four
+// instructions an element); else two compares with a constant.
+template <bool kBits>
+struct LanePairs {
+  int lo[2], hi[2];       // the runs, shifted to the lane's first column (compares)
+  uint32_t seen[2][2];    // bit n: element [n][2 r + b] visible (kBits)
+  __device__ __forceinline__ LanePairs(const DocMask& mask, int m0, int j0) {
+    const int q = lane_id() & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const DocMask::Run run = mask.visible_queries(j0 + 8 * r, m0);
+      lo[r] = run.lo - 2 * q;
+      hi[r] = run.hi - 2 * q;
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        // 8 n + b in [lo, hi)  <=>  n in [ceil((lo - b) / 8), ceil((hi - b) / 8)).
+        const int n_lo = min(max((lo[r] - b + 7) >> 3, 0), 8), n_hi = min(max((hi[r] - b + 7) >> 3, 0), 8);
+        seen[r][b] = ((1u << n_hi) - 1u) & ~((1u << n_lo) - 1u);
+      }
+    }
+  }
+  __device__ __forceinline__ bool visible(int n, int e) const {
+    const int r = e >> 1, c = 8 * n + (e & 1);
+    return kBits ? ((seen[r][e & 1] >> n) & 1u) != 0 : c >= lo[r] && c < hi[r];
+  }
+};
+
+// Calls f(n, e, col, at, r, visible) for element [n][e] of a warpgroup's Sᵀ / dPᵀ tile (rows
+// = keys, columns = queries): the element's query column col, the position of its per-query
+// values in the stage (lane_column_index: a lane's values of two n8-tiles are one float4
+// load), its key row r (0: j0, 1: j0 + 8) and whether that pair is visible.
+template <bool kMask, bool kBits = false, class F>
 __device__ __forceinline__ void for_each_pair(const DocMask& mask, int m0, int j0, F f) {
   const int q = lane_id() & 3;
+  const LanePairs<kBits> pairs(mask, m0, j0);  // unused (and not computed) unless kMask
 #pragma unroll
   for (int n = 0; n < 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
-      f(n, e, col, lane_column_index(col), r, !kMask || mask.visible(m0 + col, j0 + 8 * r));
+      f(n, e, col, lane_column_index(col), r, !kMask || pairs.visible(n, e));
     }
 }
 
@@ -92,7 +128,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     // passes: the same bits). At D = 64 that order was 0.8 % slower (docs/PERFORMANCE.md
     // v34): one pass forms both, and both products follow.
     constexpr bool kDvFirst = D == 128;
-    for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int at, int r, bool visible) {
+    for_each_pair<kMask, kDvFirst>(mask, m0, j0, [&](int n, int e, int col, int at, int r, bool visible) {
       const float s_comb = __fmul_rn(skc_row[r], sq[at]);
       if constexpr (kDvFirst) {
         s[n][e] = visible ? pair_p(s[n][e], s_comb, lse2[at]) : 0.0f;
@@ -106,7 +142,7 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
     if constexpr (kDvFirst) {
       chain_token_product<D>(dv, pv, st + S::kDot);
       // dS = P (dP - D): pair_grad's second half, on the P just formed.
-      for_each_pair<kMask>(mask, m0, j0, [&](int n, int e, int col, int at, int r, bool visible) {
+      for_each_pair<kMask, true>(mask, m0, j0, [&](int n, int e, int col, int at, int r, bool visible) {
         const float ds = pair_ds(s[n][e], dp[n][e], __fmul_rn(sdo[at], sv_row[r]), dvec[at]);
         dp[n][e] = visible ? ds : 0.0f;
       });

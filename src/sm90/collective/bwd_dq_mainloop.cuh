@@ -49,6 +49,13 @@ __device__ __forceinline__ TokenOperand<kMixed> dq_operand_of_tile(const uint8_t
     d[r] = reinterpret_cast<const float*>(smem + queries + S::kDvec)[i];
   }
 
+  // A query row sees a prefix of the tile's keys (masks.cuh, visible_keys): counted from this
+  // lane's first column, element [n][e] is visible iff 8 n + (e & 1) < seen[r].
+  int seen[2] = {0, 0};
+  if constexpr (kMask) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) seen[r] = mask.visible_keys(i0 + 8 * r, n0) - 2 * q;
+  }
   // In place: s <- dS * sk (fp8) or dS (fp8_mixed).
 #pragma unroll
   for (int n = 0; n < 8; ++n)
@@ -56,7 +63,7 @@ __device__ __forceinline__ TokenOperand<kMixed> dq_operand_of_tile(const uint8_t
     for (int e = 0; e < 4; ++e) {
       const int col = 8 * n + 2 * q + (e & 1), r = e >> 1;
       const int at = lane_column_index(col);  // the stage's key values are in the lanes' order
-      const bool visible = !kMask || mask.visible(i0 + 8 * r, n0 + col);
+      const bool visible = !kMask || 8 * n + (e & 1) < seen[r];
       const PairGrad pg = pair_grad(s[n][e], dp[n][e], __fmul_rn(__fmul_rn(sk[at], c), sq[r]),
                                     __fmul_rn(sdo[r], sv[at]), lse2[r], d[r]);
       s[n][e] = visible ? (kMixed ? pg.ds : __fmul_rn(pg.ds, sk[at])) : 0.0f;

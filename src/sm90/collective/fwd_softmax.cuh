@@ -84,19 +84,28 @@ __device__ __forceinline__ void for_each_score(const float* keys, F f) {
 // sigma), the value P8 rounds: from svn when every row's sigma is the tile's (kWhole), else
 // from sv and the row's 1 / sigma. sv / sigma is exact (powers of two), so both are the
 // specification's p * (sv / sigma).
+// seen[r]: row r's visible keys, counted from this lane's first column (kMask only; see
+// visible_keys_of_lane).
 template <bool kMask, bool kWhole>
 __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks, const float (&sqc)[2],
-                                              const float (&inv)[2], const RowState& st, const DocMask& mask,
-                                              int i0, int n0, float (&sum)[2][kChains]) {
-  const int q = lane_id() & 3;
+                                              const float (&inv)[2], const RowState& st, const int (&seen)[2],
+                                              float (&sum)[2][kChains]) {
   for_each_score(kWhole ? ks.svn : ks.sv, [&](int n, int e, float v) {
     const int r = e >> 1, k = (2 * n + (e & 1)) % kChains;
     const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
     sum[r][k] = __fadd_rn(sum[r][k], p);
     float x = __fmul_rn(p, kWhole ? v : __fmul_rn(v, inv[r]));
-    if (kMask && !mask.visible(i0 + 8 * r, n0 + 8 * n + 2 * q + (e & 1))) x = 0.0f;
+    if (kMask && 8 * n + (e & 1) >= seen[r]) x = 0.0f;
     s[n][e] = x;
   });
+}
+
+// Element [n][e] of the lane's tile is column 8 n + 2 q + (e & 1): it is visible iff
+// 8 n + (e & 1) < seen[e >> 1], a compare with a constant (masks.cuh, visible_keys).
+__device__ __forceinline__ void visible_keys_of_lane(const DocMask& mask, int i0, int n0, int (&seen)[2]) {
+  const int q = lane_id() & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) seen[r] = mask.visible_keys(i0 + 8 * r, n0) - 2 * q;
 }
 
 // s: Q·Kᵀ of the tile (raw sums). ks: the tile's key values (KeyScales). i0: this lane's
@@ -105,7 +114,8 @@ template <bool kMask>
 __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
                                              RowState& st, TileP& out) {
-  const int q = lane_id() & 3;
+  int seen[2] = {0, 0};
+  if constexpr (kMask) visible_keys_of_lane(mask, i0, n0, seen);
   float tmax[2][kChains];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
@@ -113,7 +123,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     for (int k = 0; k < kChains; ++k) tmax[r][k] = -INFINITY;
   for_each_score(ks.sk, [&](int n, int e, float sk) {
     float t = __fmul_rn(s[n][e], sk);
-    if (kMask && !mask.visible(i0 + 8 * (e >> 1), n0 + 8 * n + 2 * q + (e & 1))) t = -INFINITY;
+    if (kMask && 8 * n + (e & 1) >= seen[e >> 1]) t = -INFINITY;
     s[n][e] = t;
     float& m = tmax[e >> 1][(2 * n + (e & 1)) % kChains];
     m = ptx::max_nan(m, t);
@@ -143,7 +153,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
   if (!kMask && __all_sync(0xffffffffu, pm_keeps_tile_sigma(pm[0]) && pm_keeps_tile_sigma(pm[1]))) {
     out.sigma[0] = out.sigma[1] = ks.sigma;
     inv[0] = inv[1] = 1.0f;
-    probabilities<kMask, true>(s, ks, sqc, inv, st, mask, i0, n0, sum);
+    probabilities<kMask, true>(s, ks, sqc, inv, st, seen, sum);
   } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -153,7 +163,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
       out.sigma[r] = fmt::pow2_scale_e4m3(__fmul_rn(pm[r], y));
       inv[r] = fmt::pow2_reciprocal(out.sigma[r]);
     }
-    probabilities<kMask, false>(s, ks, sqc, inv, st, mask, i0, n0, sum);
+    probabilities<kMask, false>(s, ks, sqc, inv, st, seen, sum);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
