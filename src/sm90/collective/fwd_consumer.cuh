@@ -116,10 +116,17 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
                        *reinterpret_cast<const float*>(st + P::kSigma)};
     const int n0 = n * P::kBlockN;
     const DocMask mask{item.dt.len, p.causal};
-    if (mask_needed_for_query_rows(mask, item.dt.tile, n, P::kBlockN))
-      softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
-    else
+    if (mask_needed_for_query_rows(mask, item.dt.tile, n, P::kBlockN)) {
+      // On the causal diagonal the first consumer's rows see only the tile's first 64 keys:
+      // its last two key steps are skipped. The test is warp-uniform (broadcast from lane 0).
+      const int steps = masked_key_steps(mask, item.dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer + 16 * warp + 15, n0);
+      if (__shfl_sync(0xffffffffu, steps, 0) <= kKeySteps / 2)
+        softmax_tile<true, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
+      else
+        softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
+    } else {
       softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
+    }
   };
   auto issue_pv = [&](float (&fresh)[D / 8][4], int n) {
     const uint32_t stage = base + P::stage(stage_of(n));

@@ -63,14 +63,21 @@ struct KeyScales {
 // for |m c| >= 2^21, and NaN (no visible key yet) never is inside.
 __device__ __forceinline__ bool pm_keeps_tile_sigma(float pm) { return pm > 0.875f && pm <= 1.75f; }
 
-// Calls f(n, e, a) for every element [n][e] of the lane's score tile, a the value of the
-// per-key array `keys` (in lane_column_index order) for the element's column: one float4 load
-// serves n8-tiles 2 n2 and 2 n2 + 1, the four lanes of a quad reading distinct banks.
-template <class F>
+// A masked tile's columns from 32 kSteps on are hidden from every row of the warp (its rows
+// end before them: the causal diagonal, or the document does); they are not visited, and
+// their P8 is 0 — what the masked form gives them, so the results are the same bits (their
+// p is 0 in the sums, -inf in the maxima).
+constexpr int kKeySteps = tiles::kFwdBlockN / 32;
+
+// Calls f(n, e, a) for every element [n][e] of the lane's score tile in the first 32 kSteps
+// columns, a the value of the per-key array `keys` (in lane_column_index order) for the
+// element's column: one float4 load serves n8-tiles 2 n2 and 2 n2 + 1, the four lanes of a
+// quad reading distinct banks.
+template <int kSteps = kKeySteps, class F>
 __device__ __forceinline__ void for_each_score(const float* keys, F f) {
   const float4* key4 = reinterpret_cast<const float4*>(keys) + (lane_id() & 3);
 #pragma unroll
-  for (int n2 = 0; n2 < 8; ++n2) {
+  for (int n2 = 0; n2 < 2 * kSteps; ++n2) {
     const float4 v4 = key4[4 * n2];
     const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
 #pragma unroll
@@ -86,11 +93,11 @@ __device__ __forceinline__ void for_each_score(const float* keys, F f) {
 // specification's p * (sv / sigma).
 // seen[r]: row r's visible keys, counted from this lane's first column (kMask only; see
 // visible_keys_of_lane).
-template <bool kMask, bool kWhole>
+template <bool kMask, bool kWhole, int kSteps>
 __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks, const float (&sqc)[2],
                                               const float (&inv)[2], const RowState& st, const int (&seen)[2],
                                               float (&sum)[2][kChains]) {
-  for_each_score(kWhole ? ks.svn : ks.sv, [&](int n, int e, float v) {
+  for_each_score<kSteps>(kWhole ? ks.svn : ks.sv, [&](int n, int e, float v) {
     const int r = e >> 1, k = (2 * n + (e & 1)) % kChains;
     const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
     sum[r][k] = __fadd_rn(sum[r][k], p);
@@ -109,8 +116,9 @@ __device__ __forceinline__ void visible_keys_of_lane(const DocMask& mask, int i0
 }
 
 // s: Q·Kᵀ of the tile (raw sums). ks: the tile's key values (KeyScales). i0: this lane's
-// first row, n0: the tile's first key, both document-local. Masks per element only when kMask.
-template <bool kMask>
+// first row, n0: the tile's first key, both document-local. Masks per element only when kMask;
+// kSteps < kKeySteps only for a masked tile whose later columns no row of the warp sees.
+template <bool kMask, int kSteps = kKeySteps>
 __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
                                              RowState& st, TileP& out) {
@@ -121,7 +129,15 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int k = 0; k < kChains; ++k) tmax[r][k] = -INFINITY;
-  for_each_score(ks.sk, [&](int n, int e, float sk) {
+  static_assert(kMask || kSteps == kKeySteps, "only a masked tile skips columns");
+  // The skipped columns hold x = 0 as the masked form leaves them (writing them keeps the
+  // accumulator's registers in use as in the other forms: left alone, ptxas reassigns them
+  // and serializes the wgmma pipeline, C7511).
+#pragma unroll
+  for (int n = 4 * kSteps; n < 4 * kKeySteps; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+  for_each_score<kSteps>(ks.sk, [&](int n, int e, float sk) {
     float t = __fmul_rn(s[n][e], sk);
     if (kMask && 8 * n + (e & 1) >= seen[e >> 1]) t = -INFINITY;
     s[n][e] = t;
@@ -153,7 +169,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
   if (!kMask && __all_sync(0xffffffffu, pm_keeps_tile_sigma(pm[0]) && pm_keeps_tile_sigma(pm[1]))) {
     out.sigma[0] = out.sigma[1] = ks.sigma;
     inv[0] = inv[1] = 1.0f;
-    probabilities<kMask, true>(s, ks, sqc, inv, st, seen, sum);
+    probabilities<kMask, true, kSteps>(s, ks, sqc, inv, st, seen, sum);
   } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -163,7 +179,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
       out.sigma[r] = fmt::pow2_scale_e4m3(__fmul_rn(pm[r], y));
       inv[r] = fmt::pow2_reciprocal(out.sigma[r]);
     }
-    probabilities<kMask, false>(s, ks, sqc, inv, st, seen, sum);
+    probabilities<kMask, false, kSteps>(s, ks, sqc, inv, st, seen, sum);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -175,7 +191,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
   // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
   // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
+  for (int kk = 0; kk < kKeySteps; ++kk)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -183,6 +199,13 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
         const int n = 4 * kk + 2 * h;
         out.p8[kk][2 * h + r] = ptx::pack_e4m3x4(s[n][2 * r], s[n][2 * r + 1], s[n + 1][2 * r], s[n + 1][2 * r + 1]);
       }
+}
+
+// The key steps a masked tile needs for a warp: up to the last column any of its 16 rows
+// sees (the rows end at i_last, document-local; at least one step).
+__device__ __forceinline__ int masked_key_steps(const DocMask& mask, int i_last, int n0) {
+  const int cols = mask.visible_keys(min(i_last, mask.len - 1), n0);
+  return min(max((cols + 31) / 32, 1), kKeySteps);
 }
 
 }  // namespace fwd
