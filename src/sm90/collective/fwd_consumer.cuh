@@ -117,9 +117,11 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     const int n0 = n * P::kBlockN;
     const DocMask mask{item.dt.len, p.causal};
     if (mask_needed_for_query_rows(mask, item.dt.tile, n, P::kBlockN)) {
-      // On the causal diagonal the first consumer's rows see only the tile's first 64 keys:
-      // its last two key steps are skipped. The test is warp-uniform (broadcast from lane 0).
-      const int steps = masked_key_steps(mask, item.dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer + 16 * warp + 15, n0);
+      // A warp whose rows see none of the tile's last 64 keys (the first consumer's on the
+      // causal diagonal; rows that end the document early in the tile) skips those two key
+      // steps. The test is warp-uniform (broadcast from lane 0).
+      const int last_row = item.dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer + 16 * warp + 15;
+      const int steps = masked_key_steps(mask, last_row, n0);
       if (__shfl_sync(0xffffffffu, steps, 0) <= kKeySteps / 2)
         softmax_tile<true, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
       else
