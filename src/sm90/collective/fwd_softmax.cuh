@@ -24,6 +24,7 @@ namespace sm90 {
 namespace fwd {
 
 using ScoreTile = float[16][4];  // m64n128 accumulator fragment
+constexpr int kKeySteps = tiles::kFwdBlockN / 32;  // k32 steps of P·V over a key tile
 
 struct RowState {
   float m[2] = {-INFINITY, -INFINITY};  // running max of S (NaN-propagating)
@@ -34,7 +35,7 @@ struct RowState {
 // What one key tile hands to its P·V product: the FP8 A operand, P's per-row scale sigma and
 // the factor alpha that rescales the rows' earlier accumulation.
 struct TileP {
-  uint32_t p8[4][4];  // k32 step kk, register r
+  uint32_t p8[kKeySteps][4];  // k32 step kk, register r
   float sigma[2], alpha[2];
 };
 
@@ -67,7 +68,6 @@ __device__ __forceinline__ bool pm_keeps_tile_sigma(float pm) { return pm > 0.87
 // end before them: the causal diagonal, or the document does); they are not visited, and
 // their P8 is 0 — what the masked form gives them, so the results are the same bits (their
 // p is 0 in the sums, -inf in the maxima).
-constexpr int kKeySteps = tiles::kFwdBlockN / 32;
 
 // Calls f(n, e, a) for every element [n][e] of the lane's score tile in the first 32 kSteps
 // columns, a the value of the per-key array `keys` (in lane_column_index order) for the
