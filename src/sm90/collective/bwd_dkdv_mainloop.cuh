@@ -20,10 +20,6 @@ namespace flamia {
 namespace sm90 {
 namespace bwd {
 
-// Calls f(n, e, col, at, r, visible) for element [n][e] of a warpgroup's Sᵀ / dPᵀ tile (rows
-// = keys, columns = queries): the element's query column col, the position of its per-query
-// values in the stage (lane_column_index: a lane's values of two n8-tiles are one float4
-// load), its key row r (0: j0, 1: j0 + 8) and whether that pair is visible.
 // Which of a lane's pairs its two key rows see: each row sees a run of the tile's query
 // columns (masks.cuh, visible_queries), and element [n][e] is column 8 n + b (b = e & 1)
 // counted from the lane's first column. Two forms of the same test: kBits keeps each row's
