@@ -68,7 +68,7 @@ __device__ __forceinline__ bool pm_keeps_tile_sigma(float pm) { return pm > 0.87
 // end before them: the causal diagonal, or the document does); they are not visited, and
 // their P8 is 0 — what the masked form gives them, so the results are the same bits (their
 // p is 0 in the sums, -inf in the maxima).
-
+//
 // Calls f(n, e, a) for every element [n][e] of the lane's score tile in the first 32 kSteps
 // columns, a the value of the per-key array `keys` (in lane_column_index order) for the
 // element's column: one float4 load serves n8-tiles 2 n2 and 2 n2 + 1, the four lanes of a
