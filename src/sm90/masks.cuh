@@ -19,6 +19,12 @@ struct DocMask {
   __device__ __forceinline__ int visible_keys(int i, int n0) const {
     return i < len ? (causal ? i + 1 : len) - n0 : 0;
   }
+  // The same for the two rows i0, i0 + 8 of an accumulator lane whose columns start at 2 q:
+  // its element [n][e] is visible iff 8 n + (e & 1) < seen[e >> 1], a compare with a constant.
+  __device__ __forceinline__ void visible_keys_of_lane(int i0, int n0, int q, int (&seen)[2]) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) seen[r] = visible_keys(i0 + 8 * r, n0) - 2 * q;
+  }
   // Key j sees query m0 + col (col >= 0) iff lo <= col < hi.
   struct Run {
     int lo, hi;

@@ -49,13 +49,9 @@ __device__ __forceinline__ TokenOperand<kMixed> dq_operand_of_tile(const uint8_t
     d[r] = reinterpret_cast<const float*>(smem + queries + S::kDvec)[i];
   }
 
-  // A query row sees a prefix of the tile's keys (masks.cuh, visible_keys): counted from this
-  // lane's first column, element [n][e] is visible iff 8 n + (e & 1) < seen[r].
+  // A query row sees a prefix of the tile's keys (masks.cuh, visible_keys_of_lane).
   int seen[2] = {0, 0};
-  if constexpr (kMask) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) seen[r] = mask.visible_keys(i0 + 8 * r, n0) - 2 * q;
-  }
+  if constexpr (kMask) mask.visible_keys_of_lane(i0, n0, q, seen);
   // In place: s <- dS * sk (fp8) or dS (fp8_mixed).
 #pragma unroll
   for (int n = 0; n < 8; ++n)

@@ -92,7 +92,7 @@ __device__ __forceinline__ void for_each_score(const float* keys, F f) {
 // from sv and the row's 1 / sigma. sv / sigma is exact (powers of two), so both are the
 // specification's p * (sv / sigma).
 // seen[r]: row r's visible keys, counted from this lane's first column (kMask only; see
-// visible_keys_of_lane).
+// DocMask::visible_keys_of_lane).
 template <bool kMask, bool kWhole, int kSteps>
 __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks, const float (&sqc)[2],
                                               const float (&inv)[2], const RowState& st, const int (&seen)[2],
@@ -107,14 +107,6 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
   });
 }
 
-// Element [n][e] of the lane's tile is column 8 n + 2 q + (e & 1): it is visible iff
-// 8 n + (e & 1) < seen[e >> 1], a compare with a constant (masks.cuh, visible_keys).
-__device__ __forceinline__ void visible_keys_of_lane(const DocMask& mask, int i0, int n0, int (&seen)[2]) {
-  const int q = lane_id() & 3;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) seen[r] = mask.visible_keys(i0 + 8 * r, n0) - 2 * q;
-}
-
 // s: Q·Kᵀ of the tile (raw sums). ks: the tile's key values (KeyScales). i0: this lane's
 // first row, n0: the tile's first key, both document-local. Masks per element only when kMask;
 // kSteps < kKeySteps only for a masked tile whose later columns no row of the warp sees.
@@ -123,7 +115,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
                                              RowState& st, TileP& out) {
   int seen[2] = {0, 0};
-  if constexpr (kMask) visible_keys_of_lane(mask, i0, n0, seen);
+  if constexpr (kMask) mask.visible_keys_of_lane(i0, n0, lane_id() & 3, seen);
   float tmax[2][kChains];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
