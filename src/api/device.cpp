@@ -316,13 +316,9 @@ Status device_take_errors(int device) {
 }
 
 Status device_check_options() {
-  if (!sm90::backward_dq_option_valid())
-    return Status::invalid(std::string("FLAMIA_BWD_DQ: '") + std::getenv("FLAMIA_BWD_DQ") +
-                           "' is not one of auto (the default), recompute, hbm, fused");
-  if (!sm90::backward_streams_option_valid())
-    return Status::invalid(std::string("FLAMIA_BWD_STREAMS: '") + std::getenv("FLAMIA_BWD_STREAMS") +
-                           "' is not one of 1, 2, 2hi");
-  return Status::success();
+  if (sm90::backward_dq_option_valid()) return Status::success();
+  return Status::invalid(std::string("FLAMIA_BWD_DQ: '") + std::getenv("FLAMIA_BWD_DQ") +
+                         "' is not one of auto (the default), recompute, hbm, fused");
 }
 
 size_t device_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,

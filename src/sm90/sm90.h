@@ -57,23 +57,11 @@ bool backward_dq_stored(flamia_recipe recipe, int head_dim);
 bool backward_dq_stored_required();
 // Whether FLAMIA_BWD_DQ is unset or one of auto, recompute, hbm, fused.
 bool backward_dq_option_valid();
-// FLAMIA_BWD_STREAMS: `1` (one stream) or `2` (the dQ work on a second stream, beside the
-// dK/dV work: the dQ pass next to the dK/dV pass, or the stored dS's GEMM of one slab next
-// to the next slab's dK/dV, in two buffers); `2hi`: the second stream at the device's
-// greatest priority. The call's work is joined back into the caller's stream either way.
-struct BackwardStreams {
-  int count;
-  bool high_priority;
-};
-BackwardStreams backward_streams();
-bool backward_streams_option_valid();
 struct StoredDsPlan {
   int64_t head_tiles = 0;  // tiles a query head's run holds (a bound over every document)
   int slab = 0;            // kv heads a slab (0: the mode is off)
-  int buffers = 1;         // slab buffers (two when slabs alternate between two streams)
-  size_t base_bytes = 0;   // the documents' first tiles (int64 each), before the buffers
-  size_t slab_bytes = 0;   // one buffer: a slab's runs
-  size_t bytes = 0;        // the workspace part: base_bytes + the buffers
+  size_t base_bytes = 0;   // the documents' first tiles (int64 each), before the runs
+  size_t bytes = 0;        // the workspace part: base_bytes + one slab's runs
 };
 StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                             flamia_recipe recipe, int max_seqlen, bool causal);

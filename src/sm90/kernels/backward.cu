@@ -72,7 +72,6 @@
 #include "sm90/collective/bwd_products.cuh"
 #include "sm90/collective/bwd_stored_ds.cuh"
 #include "sm90/kit/bwd_ring.cuh"
-#include "sm90/launch/side_stream.h"
 #include "sm90/launch/tensor_map.h"
 #include "sm90/masks.cuh"
 #include "sm90/per_device.h"
@@ -579,23 +578,18 @@ __global__ void __launch_bounds__(256) dq_from_accumulator(const float* __restri
   }
 }
 
-// The dK/dV pass and the dQ pass, which do not depend on each other: with a side stream
-// (backward_streams) the dQ pass runs there, beside the dK/dV pass, and the caller's stream
-// waits for both.
 template <int D, bool kMixed>
-cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream, SideStream* side) {
+cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
   constexpr int kDkdvSmem = DkdvSmem<D, kMixed>::kAlloc, kDqSmem = DqSmem<D, kMixed>::kAlloc;
-  cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false>), kDkdvSmem);
-  if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_kernel<D, kMixed>), kDqSmem);
-  if (err == cudaSuccess && side != nullptr) err = stream_after(side->stream, stream, side->forked);
-  if (err != cudaSuccess) return err;
+  cudaError_t attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false>), kDkdvSmem);
+  if (attr == cudaSuccess) attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_kernel<D, kMixed>), kDqSmem);
+  if (attr != cudaSuccess) return attr;
   // One CTA per (work-list slot, head), the head fastest (schedule.cuh).
   dkdv_kernel<D, kMixed, false><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  dq_kernel<D, kMixed>
-      <<<unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, side != nullptr ? side->stream : stream>>>(a);
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  return side != nullptr ? stream_after(stream, side->stream, side->done[0]) : cudaSuccess;
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  dq_kernel<D, kMixed><<<unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream>>>(a);
+  return cudaGetLastError();
 }
 
 // fp8_mixed at D = 128 with the fused dQ: the accumulator zeroed, one dK/dV(+dQ) pass, dQ
@@ -614,41 +608,30 @@ cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// The stored dS: the documents' bases, then per slab of kv heads the dK/dV pass (writes the
-// slab's dS) and the dQ GEMM (reads it). One buffer: the next slab's dK/dV follows this
-// slab's GEMM in stream order. Two buffers (plan.buffers, with a side stream): the GEMMs run
-// on the side stream, each after its slab's dK/dV, and slab i's dK/dV waits only for the
-// GEMM of slab i - 2, which read the same buffer; the caller's stream waits for the last.
+// The stored dS: the documents' bases, then per slab of `slab` kv heads the
+// dK/dV pass (writes the slab's dS) and the dQ GEMM (reads it); the next slab's dK/dV waits
+// for this slab's GEMM in stream order, so one buffer serves every slab.
 template <int D, bool kMixed>
-cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, const StoredDsPlan& plan, int64_t* doc_base,
-                                      uint8_t* buffers, cudaStream_t stream, SideStream* side) {
+cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t* doc_base, cudaStream_t stream) {
   constexpr int kDkdvSmem = DkdvSmem<D, kMixed, false, true>::kAlloc, kDqSmem = DqStoredSmem<D, kMixed>::kAlloc;
   cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false, true>), kDkdvSmem);
   if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_stored_kernel<D, kMixed>), kDqSmem);
   if (err != cudaSuccess) return err;
-  if (plan.buffers < 2) side = nullptr;
   ds_doc_bases<<<1, 1024, 0, stream>>>(a.cu_seqlens, num_docs, a.total_tokens, a.causal, doc_base);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   a.ds_doc_base = doc_base;
   const int group = a.hq / a.hkv;
-  int last = 0;
-  for (int i = 0, hk0 = 0; hk0 < a.hkv; ++i, hk0 += plan.slab) {
-    const int b = side != nullptr ? i & 1 : 0;
-    a.ds = buffers + b * plan.slab_bytes;
+  for (int hk0 = 0; hk0 < a.hkv; hk0 += slab) {
     a.ds_hk0 = hk0;
-    a.ds_hkv = std::min(plan.slab, a.hkv - hk0);
-    if (side != nullptr && i >= 2 && (err = cudaStreamWaitEvent(stream, side->done[b], 0)) != cudaSuccess) return err;
+    a.ds_hkv = std::min(slab, a.hkv - hk0);
     dkdv_kernel<D, kMixed, false, true>
         <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    if (side != nullptr && (err = stream_after(side->stream, stream, side->forked)) != cudaSuccess) return err;
-    dq_stored_kernel<D, kMixed><<<unsigned(int64_t(a.work.capacity) * a.ds_hkv * group), kDqThreads, kDqSmem,
-                                  side != nullptr ? side->stream : stream>>>(a);
+    dq_stored_kernel<D, kMixed>
+        <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv * group), kDqThreads, kDqSmem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    if (side != nullptr && (err = cudaEventRecord(side->done[b], side->stream)) != cudaSuccess) return err;
-    last = b;
   }
-  return side != nullptr ? cudaStreamWaitEvent(stream, side->done[last], 0) : cudaSuccess;
+  return cudaSuccess;
 }
 
 // The maps of the streamed tiles. Row tiles: 64 tokens of one head of a natural [T][H][D]
@@ -748,11 +731,12 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.dq = static_cast<uint16_t*>(dq);
   a.dq_acc = fused ? reinterpret_cast<float*>(ws + ws_layout.dq_acc) : nullptr;
   int64_t* ds_doc_base = nullptr;
-  uint8_t* ds_buffers = nullptr;
+  int ds_slab = 0;
   if (stored) {
     ds_doc_base = reinterpret_cast<int64_t*>(ws + ws_layout.ds);
-    ds_buffers = ws + ws_layout.ds + plan.base_bytes;
+    a.ds = ws + ws_layout.ds + plan.base_bytes;
     a.ds_head_tiles = plan.head_tiles;
+    ds_slab = plan.slab;
   }
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
@@ -768,22 +752,18 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
     return failed("quantize_dout", err);
   if (!mixed && (err = quant::transpose_qk_codes(p, base, layout, ws, ws_layout)) != cudaSuccess)
     return failed("transpose_qk_codes", err);
-  SideStream* side = nullptr;
-  const BackwardStreams streams = backward_streams();
-  if (!fused && streams.count == 2 && (err = side_stream(streams.high_priority, side)) != cudaSuccess)
-    return failed("the side stream", err);
   if (fused)
     err = launch_backward_fused_dq(a, p.stream);
   else if (stored)
     err = p.head_dim == 64
-              ? (mixed ? launch_backward_stored_dq<64, true>(a, p.num_docs, plan, ds_doc_base, ds_buffers, p.stream, side)
-                       : launch_backward_stored_dq<64, false>(a, p.num_docs, plan, ds_doc_base, ds_buffers, p.stream, side))
-              : (mixed ? launch_backward_stored_dq<128, true>(a, p.num_docs, plan, ds_doc_base, ds_buffers, p.stream, side)
-                       : launch_backward_stored_dq<128, false>(a, p.num_docs, plan, ds_doc_base, ds_buffers, p.stream, side));
+              ? (mixed ? launch_backward_stored_dq<64, true>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
+                       : launch_backward_stored_dq<64, false>(a, p.num_docs, ds_slab, ds_doc_base, p.stream))
+              : (mixed ? launch_backward_stored_dq<128, true>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
+                       : launch_backward_stored_dq<128, false>(a, p.num_docs, ds_slab, ds_doc_base, p.stream));
   else if (p.head_dim == 64)
-    err = mixed ? launch_backward<64, true>(a, p.stream, side) : launch_backward<64, false>(a, p.stream, side);
+    err = mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
   else
-    err = mixed ? launch_backward<128, true>(a, p.stream, side) : launch_backward<128, false>(a, p.stream, side);
+    err = mixed ? launch_backward<128, true>(a, p.stream) : launch_backward<128, false>(a, p.stream);
   return err == cudaSuccess ? err : failed("the dK/dV and dQ kernels (attributes, launches)", err);
 }
 

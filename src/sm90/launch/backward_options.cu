@@ -41,25 +41,6 @@ bool backward_dq_stored(flamia_recipe recipe, int head_dim) {
 
 bool backward_dq_stored_required() { return dq_option_is("hbm"); }
 
-namespace {
-const char* streams_option() {
-  const char* v = std::getenv("FLAMIA_BWD_STREAMS");
-  return v != nullptr ? v : "";
-}
-}  // namespace
-
-bool backward_streams_option_valid() {
-  const char* v = streams_option();
-  return !*v || !std::strcmp(v, "1") || !std::strcmp(v, "2") || !std::strcmp(v, "2hi");
-}
-
-BackwardStreams backward_streams() {
-  const char* v = streams_option();
-  if (!std::strcmp(v, "2")) return {2, false};
-  if (!std::strcmp(v, "2hi")) return {2, true};
-  return {1, false};
-}
-
 StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                             flamia_recipe recipe, int max_seqlen, bool causal) {
   StoredDsPlan plan;
@@ -84,25 +65,18 @@ StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int 
   // evenly over the slabs. Both ends measured slow (docs/PERFORMANCE.md v46): large slabs (up to 17 % of
   // fixed-4k's step at 2.2 GB) and launches of about two waves (pack-32k +27 % with one head
   // of 275 CTAs a slab); every workload's fastest plan was a slab of 770-1130 CTAs' work.
-  // With the GEMM on a second stream (backward_streams), slab i + 1's dK/dV runs while slab
-  // i's GEMM reads the other of two buffers: each slab half the work and half the budget, so
-  // the workspace stays the same.
-  const int buffers = backward_streams().count;
-  const int64_t kSlabWork = 768 / buffers;
+  constexpr int64_t kSlabWork = 768;
   const int64_t slots = quant::Qkv8Layout::make(total_tokens, num_docs, hq, hkv, head_dim, recipe, true).fwd_work.capacity;
   const int64_t wanted = (kSlabWork + slots * group - 1) / (slots * group);
   const char* mib_env = std::getenv("FLAMIA_BWD_DS_MIB");
   const long long mib = mib_env != nullptr ? std::atoll(mib_env) : 0;
-  const size_t budget = (size_t(mib > 0 ? mib : 2048) << 20) / buffers;
+  const size_t budget = size_t(mib > 0 ? mib : 2048) << 20;
   const int most = int(std::max<size_t>(
       1, std::min<size_t>({size_t(hkv), size_t(wanted), budget / (head_bytes * group)})));
   const int slabs = (hkv + most - 1) / most;
   plan.slab = (hkv + slabs - 1) / slabs;
   plan.base_bytes = quant::round_up(num_docs * int64_t(sizeof(int64_t)), 256);
-  plan.slab_bytes = size_t(plan.slab) * group * head_bytes;
-  // One slab (one buffer) needs no second.
-  plan.buffers = plan.slab < hkv ? buffers : 1;
-  plan.bytes = plan.base_bytes + plan.buffers * plan.slab_bytes;
+  plan.bytes = plan.base_bytes + size_t(plan.slab) * group * head_bytes;
   return plan;
 }
 
