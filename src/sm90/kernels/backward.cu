@@ -703,7 +703,9 @@ cudaError_t encode_natural_map(CUtensorMap* map, const void* x, int64_t total_to
   const uint64_t dims[3] = {2 * uint64_t(head_dim), uint64_t(heads), uint64_t(total_tokens)};
   const uint64_t strides[2] = {2 * uint64_t(stride_h), 2 * uint64_t(stride_t)};
   const uint32_t box[3] = {uint32_t(mma::kNaturalRowBytes), 1, uint32_t(kTileTokens)};
-  return encode_u8_map(map, x, 3, dims, strides, box, mma::kNaturalRowBytes);
+  // 256-byte L2 fills: at D = 128 a token's head row is two boxes, whose halves a miss brings
+  // in together.
+  return encode_u8_map(map, x, 3, dims, strides, box, mma::kNaturalRowBytes, head_dim == 128 ? 256 : 128);
 }
 
 // The step of this thread's last backward that returned an error (backward_failed_step).
