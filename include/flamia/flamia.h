@@ -162,11 +162,12 @@ flamia_status flamia_forward(const flamia_attention_args* args, flamia_tensor ou
 /* dout, out [T, Hq, D] bf16; lse [Hq, T] fp32 from the forward; qkv8 as filled by the
  * forward with for_backward = 1. Writes dq [T, Hq, D], dk and dv [T, Hkv, D] (bf16).
  * dout may be strided (last dim contiguous); out, lse, dq, dk, dv are dense. Host calls
- * ignore qkv8 and workspace (may be NULL). On the device, args->q, k, v may have
- * data = NULL (their shape, dtype, device and strides still describe the problem): the
- * backward reads them only from qkv8 (fp8_mixed's BF16 q and k too, as the quantizer copied
- * them there), so a caller need not keep the BF16 tensors from the forward to the backward.
- * Host calls (which quantize q, k, v themselves) need their data. */
+ * ignore qkv8 and workspace (may be NULL). On the device, args->v (and with recipe fp8 also
+ * args->q, k) may have data = NULL (shape, dtype, device and strides still describe the
+ * problem): the backward reads them from qkv8, so a caller need not keep them from the
+ * forward to the backward. Recipe fp8_mixed's backward reads the BF16 q and k themselves (its
+ * dS products take their values), so they must be the forward's, unchanged. Host calls
+ * (which quantize q, k, v themselves) need their data. */
 flamia_status flamia_backward(const flamia_attention_args* args, flamia_tensor dout, flamia_tensor out,
                               flamia_tensor lse, const void* qkv8, size_t qkv8_bytes, void* workspace,
                               size_t workspace_bytes, flamia_tensor dq, flamia_tensor dk, flamia_tensor dv);

@@ -5,9 +5,9 @@ that torch.compile sees opaque nodes with known output shapes (fake implementati
 an autograd formula, instead of breaking the graph at a ctypes call. The forward returns
 the quantized-operand buffer ("qkv8") as a third output; autograd saves it, so q/k/v are
 quantized once per training step and the backward reuses them. On the GPU the backward
-reads q, k, v only from qkv8 (with fp8_mixed also the BF16 transposed q and k the quantizer
-copied there), so autograd keeps qkv8 instead of the BF16 q, k, v; the CPU path quantizes
-q, k, v itself and keeps them.
+reads v (and with recipe fp8 also q and k) only from qkv8, so autograd keeps qkv8 instead of
+the BF16 tensors, except fp8_mixed's q and k, whose BF16 values its dS products read; the
+CPU path quantizes q, k, v itself and keeps them.
 
 Devices: CUDA tensors run the GPU kernels; CPU tensors run the CPU specification (the same
 numbers up to FP32 ordering noise, docs/NUMERICS.md §5; exact and slow: for tests and for
@@ -87,8 +87,8 @@ def _require_rank(t: Tensor, name: str, ndim: int, layout: str) -> None:
 
 
 def _shape_view(shape: Sequence[int], like: Tensor) -> _lib.Tensor:
-    """A dense BF16 tensor of `shape` on `like`'s device, described without data (the fp8
-    backward's q, k, v, which it reads from qkv8)."""
+    """A dense BF16 tensor of `shape` on `like`'s device, described without data (the GPU
+    backward's v, and fp8's q and k, which it reads from qkv8)."""
     view = tensor_view(like, "out")
     strides = [1] * len(shape)
     for i in range(len(shape) - 2, -1, -1):
@@ -101,7 +101,7 @@ def _make_args(q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], cu
                shapes: Optional[Tuple[Sequence[int], Sequence[int], Tensor]] = None,
                q_start: Optional[Tensor] = None) -> _lib.AttentionArgs:
     """shapes = (q shape, k/v shape, a tensor on the device) describes q, k, v without data
-    when they are None (the fp8 backward)."""
+    when they are None (the GPU backward: v always, q and k with recipe fp8)."""
     a = _lib.AttentionArgs()
     if q is None:
         q_shape, kv_shape, like = shapes
@@ -109,7 +109,7 @@ def _make_args(q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], cu
     else:
         a.q = tensor_view(q, "q")
         a.k = tensor_view(k, "k")
-        a.v = tensor_view(v, "v")
+        a.v = tensor_view(v, "v") if v is not None else _shape_view(tuple(k.shape), k)
     a.cu_seqlens = tensor_view(cu_seqlens, "cu_seqlens")
     a.max_seqlen = int(max_seqlen)
     a.causal = 1 if causal else 0
@@ -162,19 +162,21 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
              softmax_scale: float = 0.0, recipe: str = "fp8",
              kv_heads: Optional[int] = None, q_start: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """Backward from the forward's saved (out, lse, qkv8). Returns (dq, dk, dv) in bf16.
-    q, k, v may all be None with recipe "fp8" on the GPU (the kernels read them from qkv8);
+    On the GPU v may be None (the kernels read it from qkv8), and with recipe "fp8" q and k too;
     kv_heads then gives Hkv (the shapes are out's, [T, Hq, D], and [T, kv_heads, D]).
     q_start: the forward's (module docstring); dq is then zero-filled first (its rows before
     q_start[b] read 0), and dk, dv sum over the rows at or after q_start[b] only."""
-    if q is None or k is None or v is None:
-        if not (q is None and k is None and v is None):
-            raise FlamiaError("flamia: q, k and v must be given together or all be None")
+    if (q is None) != (k is None):
+        raise FlamiaError("flamia: q and k must be given together or both be None")
+    if q is None and v is not None:
+        raise FlamiaError("flamia: v without q and k")
+    if q is None:
         if kv_heads is None:
             raise FlamiaError("flamia: kv_heads is needed when q, k, v are None")
         named = (("dout", dout), ("out", out), ("lse", lse), ("qkv8", qkv8), ("cu_seqlens", cu_seqlens))
     else:
-        named = (("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse), ("qkv8", qkv8),
-                 ("cu_seqlens", cu_seqlens))
+        named = (("q", q), ("k", k)) + ((("v", v),) if v is not None else ()) + (
+            ("dout", dout), ("out", out), ("lse", lse), ("qkv8", qkv8), ("cu_seqlens", cu_seqlens))
     dev = _require_one_device(_with_q_start(named, q_start))
     if q is not None:
         _require_rank(q, "q", 3, "[T, Hq, D]")
@@ -248,20 +250,20 @@ def _bwd_fake(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, sof
             out.new_empty((T, kv_heads, d), dtype=torch.bfloat16))
 
 
-def _keeps_qkv(q: Tensor) -> bool:
-    """Whether the backward needs the BF16 q, k, v (module docstring)."""
-    return q.device.type != "cuda"
+def _kept_inputs(q: Tensor, recipe: str) -> int:
+    """How many of q, k, v the backward needs in BF16 (module docstring): all three on the
+    CPU, q and k with fp8_mixed on the GPU, none with fp8."""
+    if q.device.type != "cuda":
+        return 3
+    return 2 if recipe == "fp8_mixed" else 0
 
 
 def _setup_context(ctx, inputs, output) -> None:
     q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward, q_start = inputs
     out, lse, qkv8 = output
-    ctx.keeps_qkv = _keeps_qkv(q)
+    ctx.kept = _kept_inputs(q, recipe)
     ctx.kv_heads = k.shape[1]
-    if ctx.keeps_qkv:
-        ctx.save_for_backward(q, k, v, out, lse, qkv8, cu_seqlens, q_start)
-    else:
-        ctx.save_for_backward(out, lse, qkv8, cu_seqlens, q_start)
+    ctx.save_for_backward(*(q, k, v)[:ctx.kept], out, lse, qkv8, cu_seqlens, q_start)
     ctx.max_seqlen = max_seqlen
     ctx.causal = causal
     ctx.softmax_scale = softmax_scale
@@ -277,11 +279,9 @@ def _setup_context(ctx, inputs, output) -> None:
 
 
 def _backward(ctx, dout, dlse, dqkv8):
-    if ctx.keeps_qkv:
-        q, k, v, out, lse, qkv8, cu_seqlens, q_start = ctx.saved_tensors
-    else:
-        q = k = v = None
-        out, lse, qkv8, cu_seqlens, q_start = ctx.saved_tensors
+    saved = ctx.saved_tensors
+    q, k, v = (tuple(saved[:ctx.kept]) + (None, None, None))[:3]
+    out, lse, qkv8, cu_seqlens, q_start = saved[ctx.kept:]
     if not ctx.for_backward:
         raise FlamiaError("flamia: backward through a forward run without for_backward "
                           "(grad was disabled when the forward ran)")

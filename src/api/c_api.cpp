@@ -48,11 +48,12 @@ Status backward_impl(const flamia_attention_args* args, const flamia_tensor& dou
                      size_t workspace_bytes, const flamia_tensor& dq, const flamia_tensor& dk,
                      const flamia_tensor& dv) {
   Problem p;
-  // The device backward reads q, k, v only as the forward's quantizer wrote them into qkv8
-  // (FP8 codes; fp8_mixed's BF16 transposed q and k), so a caller may drop the BF16 tensors
-  // after the forward (flamia.h).
+  // The device backward reads q, k, v as the forward's quantizer wrote them into qkv8 (FP8
+  // codes), so a caller may drop the BF16 tensors after the forward — except fp8_mixed's q
+  // and k, whose BF16 values its dS products read (flamia.h).
   const bool qkv_data_optional = args && args->q.device != FLAMIA_DEVICE_HOST;
   FLAMIA_TRY(validate_args(args, &p, qkv_data_optional));
+  if (qkv_data_optional && p.recipe == FLAMIA_RECIPE_FP8_MIXED) FLAMIA_TRY(validate_backward_qk(*args));
   FLAMIA_TRY(validate_backward_tensors(p, dout, out, lse, dq, dk, dv));
   if (p.on_host()) return host_backward(p, *args, dout, out, lse, dq, dk, dv);
   return device_backward(p, *args, dout, out, lse, qkv8, qkv8_bytes, workspace, workspace_bytes, dq, dk, dv);

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "flamia/flamia.hpp"
 #include "flamia/formats.h"
@@ -253,6 +255,17 @@ int64_t effective_stride(const flamia_tensor& t, int dim) {
   int64_t dense = 1;
   for (int i = dim + 1; i < t.ndim; ++i) dense *= t.shape[i];
   return dense;
+}
+
+Status validate_backward_qk(const flamia_attention_args& a) {
+  for (const auto& [name, t] : {std::pair<const char*, const flamia_tensor*>{"q", &a.q}, {"k", &a.k}}) {
+    if (!t->data && flamia::numel(*t) > 0)
+      return Status::invalid(std::string(name) + ": data pointer is null, but recipe fp8_mixed's backward on the "
+                             "device reads q and k (its dS products take their BF16 values): pass the forward's " +
+                             name);
+    FLAMIA_TRY(check_data({name, FLAMIA_DTYPE_BF16, "", 3, {}, Layout::kRows}, *t));
+  }
+  return Status::success();
 }
 
 Status validate_args(const flamia_attention_args* args, Problem* p, bool qkv_data_optional) {

@@ -49,6 +49,9 @@ std::string device_name(int32_t device);
 // dtype, device and strides still checked) — the device backward of recipe fp8, which reads
 // them only through the forward's qkv8 buffer.
 Status validate_args(const flamia_attention_args* args, Problem* p, bool qkv_data_optional = false);
+// Recipe fp8_mixed's device backward reads q and k themselves: they must have data (16-byte
+// aligned; shapes and strides as validate_args checked them).
+Status validate_backward_qk(const flamia_attention_args& a);
 
 // Values of cu_seqlens (host memory): 0 = cu[0] <= ... <= cu[B] = T and every document no
 // longer than max_seqlen. The first fault in guard.h's order, as the device reports it.

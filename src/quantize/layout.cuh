@@ -9,13 +9,13 @@
 // of 16 tokens the bytes are in "fragment order": position p = 4 qd + bb holds token
 // 8 (bb >> 1) + 2 qd + (bb & 1) of the group, so that the FP32 accumulator registers of
 // P or dS pack straight into an mma A fragment (see src/sm90/fragments.cuh). Padding is
-// zero. Recipe fp8_mixed's backward takes q and k in BF16 instead of FP8 for its dS
-// products: their transposed copies are then the BF16 values themselves, [H][D][Tpad] with
-// 2 bytes a position, in token order (a BF16 accumulator packs into a k16 A fragment without
-// reordering), and non-finite values replaced by 0 (a NaN would reach, through 0 * NaN in
-// the MMA, rows that mask the token out; the FP8 copies get this from zero codes, and the
-// token's NaN scale still reaches the rows that see it). Per-token scales are FP32 powers of two stored [H][T] (a tile's 64 scales are one
-// contiguous 256-byte read). A non-finite row has a NaN scale and zero codes (quantize.cu).
+// zero. Recipe fp8_mixed's backward takes q, k and dO in BF16 for its dS and dV products: it
+// reads them from the caller's tensors, as its B operands in their natural layout (16-bit
+// wgmma operands may be MN-major), so no copy of them is kept. Per-token scales are FP32
+// powers of two stored [H][T] (a tile's 64 scales are one contiguous 256-byte read). A
+// non-finite row has a NaN scale and zero codes (quantize.cu); with fp8_mixed the quantizer
+// also raises a flag word (`nonfinite`), so that the backward zeroes such rows of its BF16
+// operands (docs/ALGORITHM.md §3).
 //
 // Regions read by the forward come first and do not depend on for_backward or the recipe,
 // so a buffer filled for the backward also serves the forward. Recipe fp8's transposed FP8
@@ -109,7 +109,7 @@ struct Qkv8Layout {
   size_t fingerprint = 0;                   // uint64: what the contents were quantized for
   // Backward-only regions (0 when absent).
   size_t v8 = 0;                            // [T,Hkv,D]
-  size_t qt = 0, kt = 0;                    // fp8_mixed: BF16 [Hq][D][Tpad], [Hkv][D][Tpad]
+  size_t nonfinite = 0;                     // fp8_mixed: uint32, nonzero when a q or k row is not finite
                                             // (fp8's FP8 Qᵀ, Kᵀ live in the backward workspace)
   size_t bytes = 0;
 
@@ -133,12 +133,7 @@ struct Qkv8Layout {
     l.fingerprint = b.add(sizeof(uint64_t));
     if (for_backward) {
       l.v8 = b.add(T * hkv * D);
-      // fp8_mixed's BF16 copies come from the BF16 inputs, which the backward no longer has;
-      // fp8's FP8 copies are transposes of q8 and k8, made by the backward (BwdWorkspaceLayout).
-      if (recipe == FLAMIA_RECIPE_FP8_MIXED) {
-        l.qt = b.add(2 * hq * D * size_t(l.tpad));
-        l.kt = b.add(2 * hkv * D * size_t(l.tpad));
-      }
+      if (recipe == FLAMIA_RECIPE_FP8_MIXED) l.nonfinite = b.add(sizeof(uint32_t));
     }
     l.bytes = b.size();
     return l;
@@ -151,12 +146,13 @@ struct Qkv8Layout {
 struct BwdWorkspaceLayout {
   int64_t tpad = 0;
   size_t do8 = 0;   // [T,Hq,D]
-  size_t dot8 = 0;  // [Hq][D][Tpad]: FP8 (fp8), BF16 (fp8_mixed: dV's product is BF16)
+  size_t dot8 = 0;  // [Hq][D][Tpad] FP8 (fp8; fp8_mixed's dV product reads the caller's BF16 dO)
   size_t sdo = 0;   // fp32 [Hq][T]
   size_t dvec = 0;  // fp32 [Hq][T]
   size_t lse2 = 0;  // fp32 [Hq][T]: LSE * log2(e), NaN where dO's row is not finite
   size_t qt = 0, kt = 0;  // fp8: FP8 [Hq][D][Tpad], [Hkv][D][Tpad] (0 with fp8_mixed)
   size_t status = 0;  // guard::DeviceError of the last backward (guard.h)
+  size_t nonfinite = 0;  // fp8_mixed: uint32, nonzero when a dO row is not finite
   size_t dq_acc = 0;  // fp32 [T,Hq,D]: the fused dQ's sums (dq_accumulator only; last, so that
                       // the offsets before it do not depend on it)
   size_t ds = 0;      // the stored dS (stored_ds bytes, FLAMIA_BWD_DQ=hbm only; after dq_acc,
@@ -170,7 +166,7 @@ struct BwdWorkspaceLayout {
     l.tpad = padded_tokens(total_tokens, num_docs);
     Builder b;
     l.do8 = b.add(T * hq * D);
-    l.dot8 = b.add(size_t(hq) * D * size_t(l.tpad) * (recipe == FLAMIA_RECIPE_FP8_MIXED ? 2 : 1));
+    if (recipe == FLAMIA_RECIPE_FP8) l.dot8 = b.add(size_t(hq) * D * size_t(l.tpad));
     l.sdo = b.add(T * hq * sizeof(float));
     l.dvec = b.add(T * hq * sizeof(float));
     l.lse2 = b.add(T * hq * sizeof(float));
@@ -179,6 +175,7 @@ struct BwdWorkspaceLayout {
       l.kt = b.add(size_t(hkv) * D * size_t(l.tpad));
     }
     l.status = b.add(sizeof(guard::DeviceError));
+    if (recipe == FLAMIA_RECIPE_FP8_MIXED) l.nonfinite = b.add(sizeof(uint32_t));
     if (dq_accumulator) l.dq_acc = b.add(T * hq * D * sizeof(float));
     if (stored_ds > 0) l.ds = b.add(stored_ds);
     l.bytes = b.size();

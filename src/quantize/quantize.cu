@@ -1,7 +1,8 @@
 // Fused per-token FP8 quantizer (docs/ALGORITHM.md §1): one pass over bf16 q/k/v (or dO)
 // writes every layout the kernels read — natural [T,H,D] FP8, transposed [H][D][Tpad] FP8
-// in fragment order (layout.cuh), per-(token, head) scales, for recipe fp8_mixed's backward
-// the transposed BF16 copies of q and k — and, for dO, D = rowsum(dO*O).
+// in fragment order (layout.cuh), per-(token, head) scales — and, for dO, D = rowsum(dO*O).
+// For recipe fp8_mixed it also raises a flag word when a row is not finite: that backward
+// reads the BF16 rows themselves and must then zero such rows (layout.cuh).
 // quantize_qkv also builds the work lists (work_list.cuh) in blocks 0 and 1 of the same grid.
 //
 // Work unit: one warp per 16-token group of the padded token axis of one head; a block takes
@@ -26,8 +27,6 @@
 // Expected: ~3.4-3.6 TB/s (fixed-*: ~0.23-0.24 ms, pack-128k ~0.93 ms, llama8b ~0.47 ms).
 #include "quantize/quantize.cuh"
 
-#include <type_traits>
-
 #include "common/convert.cuh"
 #include "flamia/formats.h"
 #include "quantize/guard.cuh"
@@ -48,7 +47,7 @@ struct QuantTensor {
   int heads = 0;
   uint8_t* nat = nullptr;             // [T, H, D] FP8, or null
   uint8_t* trans = nullptr;           // [H][D][Tpad] FP8, or null
-  uint16_t* trans16 = nullptr;        // [H][D][Tpad] BF16 (fp8_mixed's q, k), or null
+  uint32_t* nonfinite = nullptr;      // set to 1 when a row's scale is NaN (fp8_mixed), or null
   float* scale = nullptr;             // [H][T]
   float* rowdot = nullptr;            // [H][T], with dot_src
   const float* lse = nullptr;         // dO variant: the forward's LSE [H][T], and
@@ -192,44 +191,15 @@ __device__ __forceinline__ void write_fp8_transposed(StageTile<D>& tile, uint8_t
   }
 }
 
-// Shared tile of a block's BF16 rows (kTrans16): [group g][token r][word j] (D / 2 words a
-// row, two values each), word j stored at j ^ (4g mod D/2): the transposed copy's reads (8
-// groups x 4 words per warp) hit 32 distinct banks, and a lane's 16-byte row chunk (4 words
-// from a multiple of 4) stays one aligned 16-byte store.
-template <int D>
-struct Bf16StageTile {
-  static constexpr int kWords = D / 2;
-  uint32_t w[kWarps][kTokenGroup][kWords];
-  __device__ __forceinline__ uint32_t* at(int g, int r, int j) { return &w[g][r][j ^ ((4 * g) % kWords)]; }
-};
-
-// The two BF16 values of w, each replaced by +0 where it is not finite (exponent all ones).
-__device__ __forceinline__ uint32_t finite_bf16x2_or_zero(uint32_t w) {
-  const uint32_t e = w & 0x7f807f80u;
-  const uint32_t lo = (e & 0xffffu) == 0x7f80u ? 0xffff0000u : 0xffffffffu;
-  const uint32_t hi = (e >> 16) == 0x7f80u ? 0x0000ffffu : 0xffffffffu;
-  return w & lo & hi;
-}
-
-// kDot: the dO variant (also reads O for the row dot product). kTrans16: the launch writes
-// BF16 transposed copies (fp8_mixed's q and k for the backward, and its dO). Blocks per SM:
-// the most that fit the registers without spills (4-5 = 32-40 warps, 64-128 KB of loads in
-// flight; fp8_mixed's dO at D = 128 needs more than 80 registers: two).
-template <int D, bool kDot, bool kTrans16>
-__global__ void __launch_bounds__(kThreads, kDot ? (kTrans16 && D == 128 ? 2 : 3) : (D == 64 ? 5 : 4))
+// kDot: the dO variant (also reads O for the row dot product). Blocks per SM: the most that
+// fit the registers without spills (4-5 = 32-40 warps, 64-128 KB of loads in flight).
+template <int D, bool kDot>
+__global__ void __launch_bounds__(kThreads, kDot ? 3 : (D == 64 ? 5 : 4))
 quantize_kernel(const __grid_constant__ QuantBatch batch) {
   constexpr int kLanesPerRow = D / 8;                   // 16 bytes of bf16 per lane
   constexpr int kRowsPerPass = 32 / kLanesPerRow;
   constexpr int kPasses = kTokenGroup / kRowsPerPass;
-  // A block writes one transposed copy: FP8 (tile) or BF16 (tile16, kTrans16), which share
-  // the memory (48 KB of static shared memory at most).
-  union Stages {
-    StageTile<D> fp8;
-    std::conditional_t<kTrans16, Bf16StageTile<D>, StageTile<D>> bf16;
-  };
-  __shared__ __align__(16) Stages stages;
-  StageTile<D>& tile = stages.fp8;
-  auto& tile16 = stages.bf16;
+  __shared__ __align__(16) StageTile<D> tile;  // the block's rows for the transposed copy
 
   int block = int(blockIdx.x);
   if (block == 0) {
@@ -301,44 +271,10 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   if (lane < rows) {
     const int64_t at = head * batch.total_tokens + tok0 + lane;
     t.scale[at] = row_scale;
+    if (t.nonfinite != nullptr && fmt::is_nan_f32(row_scale)) *t.nonfinite = 1u;  // the same value from every writer
     if (kDot) {
       t.rowdot[at] = row_dot;
       t.lse2[at] = fmt::is_nan_f32(row_scale) ? __int_as_float(0x7fc00000) : __fmul_rn(__ldg(t.lse + at), fmt::kLog2e);
-    }
-  }
-
-  if constexpr (kTrans16) {
-    if (t.trans16 != nullptr) {  // uniform over the block
-      // The rows as read (zeros past the document and in padding), non-finite values zeroed.
-#pragma unroll
-      for (int it = 0; it < kPasses; ++it) {
-        const int r = it * kRowsPerPass + lane / kLanesPerRow;
-        const uint4 v = x[it];
-        *reinterpret_cast<uint4*>(tile16.at(warp, r, 4 * chunk)) =
-            make_uint4(finite_bf16x2_or_zero(v.x), finite_bf16x2_or_zero(v.y), finite_bf16x2_or_zero(v.z),
-                       finite_bf16x2_or_zero(v.w));
-      }
-      __syncthreads();
-      // Item (group g, word j) -> the 16 tokens of rows 2j and 2j + 1 (32 bytes each); g
-      // runs fastest over the lanes, so 8 lanes write 256 contiguous bytes of a row.
-      constexpr int kItems = kWarps * (D / 2);
-      for (int item = threadIdx.x; item < kItems; item += kThreads) {
-        const int g = item % kWarps, j = item / kWarps;
-        const int64_t pos = block_pos + g * kTokenGroup;
-        if (pos >= batch.tpad) continue;
-        uint32_t w[kTokenGroup];
-#pragma unroll
-        for (int r = 0; r < kTokenGroup; ++r) w[r] = *tile16.at(g, r, j);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          uint32_t o[8];  // tokens 2k, 2k + 1 of element 2j + half
-#pragma unroll
-          for (int k = 0; k < 8; ++k) o[k] = __byte_perm(w[2 * k], w[2 * k + 1], half ? 0x7632 : 0x5410);
-          uint16_t* dst = t.trans16 + (int64_t(head) * D + 2 * j + half) * batch.tpad + pos;
-          reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
-          reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
-        }
-      }
     }
   }
 
@@ -395,15 +331,15 @@ __global__ void __launch_bounds__(kThreads) transpose_codes_kernel(const __grid_
   write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad);
 }
 
-template <bool kDot, bool kTrans16 = false>
+template <bool kDot>
 cudaError_t launch_quantize(QuantBatch batch, int head_dim, cudaStream_t stream) {
   batch.heads = batch.t[0].heads + batch.t[1].heads + batch.t[2].heads;
   const int64_t chunks = (batch.tpad + kBlockPositions - 1) / kBlockPositions;
   const int64_t blocks = chunks * batch.heads + 1;  // + block 0: guard (and work lists)
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid{unsigned(blocks)};
-  if (head_dim == 64) quantize_kernel<64, kDot, kTrans16><<<grid, kThreads, 0, stream>>>(batch);
-  else if (head_dim == 128) quantize_kernel<128, kDot, kTrans16><<<grid, kThreads, 0, stream>>>(batch);
+  if (head_dim == 64) quantize_kernel<64, kDot><<<grid, kThreads, 0, stream>>>(batch);
+  else if (head_dim == 128) quantize_kernel<128, kDot><<<grid, kThreads, 0, stream>>>(batch);
   else return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
@@ -496,12 +432,15 @@ cudaError_t quantize_dout(const DeviceCall& p, const void* dout, int64_t stride_
   t.rowdot = reinterpret_cast<float*>(workspace + layout.dvec);
   t.lse = lse;
   t.lse2 = reinterpret_cast<float*>(workspace + layout.lse2);
-  // dV's B operand: FP8 dOᵀ (fp8), or the BF16 dO transposed as it is (fp8_mixed).
+  // dV's B operand: FP8 dOᵀ (fp8), or dout itself (fp8_mixed), whose non-finite rows the
+  // backward zeroes when the flag says there are any.
   if (p.recipe == FLAMIA_RECIPE_FP8_MIXED) {
-    t.trans16 = reinterpret_cast<uint16_t*>(workspace + layout.dot8);
-    return launch_quantize<true, true>(batch, p.head_dim, p.stream);
+    t.nonfinite = reinterpret_cast<uint32_t*>(workspace + layout.nonfinite);
+    const cudaError_t e = cudaMemsetAsync(t.nonfinite, 0, sizeof(uint32_t), p.stream);
+    if (e != cudaSuccess) return e;
+  } else {
+    t.trans = workspace + layout.dot8;
   }
-  t.trans = workspace + layout.dot8;
   return launch_quantize<true>(batch, p.head_dim, p.stream);
 }
 
@@ -586,10 +525,14 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward) {
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv,
                                               p.head_dim, p.recipe, for_backward);
   uint8_t* base = static_cast<uint8_t*>(qkv8);
-  // fp8_mixed's backward takes q and k as BF16 transposed copies, which only the quantizer
-  // (it reads the BF16 inputs) can write; fp8's FP8 copies are made by the backward
-  // (transpose_qk_codes).
-  const bool transposed_qk16 = for_backward && p.recipe == FLAMIA_RECIPE_FP8_MIXED;
+  // fp8_mixed's backward reads q and k themselves (BF16) and needs to know whether a row is
+  // not finite; fp8's transposed FP8 copies are made by the backward (transpose_qk_codes).
+  uint32_t* nonfinite = nullptr;
+  if (for_backward && p.recipe == FLAMIA_RECIPE_FP8_MIXED) {
+    nonfinite = reinterpret_cast<uint32_t*>(base + layout.nonfinite);
+    const cudaError_t e = cudaMemsetAsync(nonfinite, 0, sizeof(uint32_t), p.stream);
+    if (e != cudaSuccess) return e;
+  }
 
   quant::QuantBatch batch;
   batch.cu = p.cu_seqlens;
@@ -599,12 +542,12 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward) {
   quant::QuantTensor& q = batch.t[0];
   q = quant::source(p.q, p.q_stride_t, p.q_stride_h, p.hq);
   q.nat = base + layout.q8;
-  q.trans16 = transposed_qk16 ? reinterpret_cast<uint16_t*>(base + layout.qt) : nullptr;
+  q.nonfinite = nonfinite;
   q.scale = reinterpret_cast<float*>(base + layout.sq);
   quant::QuantTensor& k = batch.t[1];
   k = quant::source(p.k, p.k_stride_t, p.k_stride_h, p.hkv);
   k.nat = base + layout.k8;
-  k.trans16 = transposed_qk16 ? reinterpret_cast<uint16_t*>(base + layout.kt) : nullptr;
+  k.nonfinite = nonfinite;
   k.scale = reinterpret_cast<float*>(base + layout.sk);
   quant::QuantTensor& v = batch.t[2];
   v = quant::source(p.v, p.v_stride_t, p.v_stride_h, p.hkv);
@@ -621,8 +564,7 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward) {
   batch.guard.counts[0] = batch.work[0].count;
   batch.guard.counts[1] = batch.work[1].count;
   batch.guard.next_item = reinterpret_cast<int*>(base + layout.fwd_work.next);
-  return transposed_qk16 ? quant::launch_quantize<false, true>(batch, p.head_dim, p.stream)
-                         : quant::launch_quantize<false>(batch, p.head_dim, p.stream);
+  return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
 }
 
 }  // namespace quant

@@ -36,9 +36,9 @@ cudaError_t take_sticky_error(guard::DeviceError* out);
 cudaError_t read_qkv8_fingerprint(const DeviceCall& p, const void* qkv8, uint64_t* fingerprint);
 
 
-// dO -> natural FP8 codes and scales, its transposed copy (FP8 for fp8, BF16 for fp8_mixed),
-// D = rowsum(float(dO) * float(O)) (FP32) and lse2 = lse * log2(e) (NaN for a non-finite dO
-// row), into the backward workspace. out uses dout's token/head strides. Block 0 validates
+// dO -> natural FP8 codes and scales, its transposed FP8 copy (fp8; fp8_mixed: the flag of
+// non-finite rows instead, layout.cuh), D = rowsum(float(dO) * float(O)) (FP32) and lse2 =
+// lse * log2(e) (NaN for a non-finite dO row), into the backward workspace. out uses dout's token/head strides. Block 0 validates
 // cu_seqlens and compares qkv8's fingerprint into the workspace's status word (guard.cuh).
 cudaError_t quantize_dout(const DeviceCall& p, const void* dout, int64_t stride_t,
                           int64_t stride_h, const void* out, const float* lse, const uint8_t* qkv8,
@@ -50,8 +50,8 @@ cudaError_t quantize_dout(const DeviceCall& p, const void* dout, int64_t stride_
 cudaError_t transpose_qk_codes(const DeviceCall& p, const uint8_t* qkv8, const Qkv8Layout& qkv8_layout,
                                uint8_t* workspace, const BwdWorkspaceLayout& layout);
 
-// True when rows of a bf16 [T, H, D] view start 16-byte aligned (the quantizer and the
-// fp8_mixed backward read them with 16-byte loads).
+// True when rows of a bf16 [T, H, D] view start 16-byte aligned (the quantizer reads them
+// with 16-byte loads, the fp8_mixed backward by TMA).
 inline bool rows_16b_aligned(const void* base, int64_t stride_t, int64_t stride_h) {
   return (reinterpret_cast<uintptr_t>(base) % 16 == 0) && (stride_t * 2) % 16 == 0 &&
          (stride_h * 2) % 16 == 0;

@@ -115,6 +115,15 @@ FLAMIA_WGMMA_SS(mma_ss_bf16, 32, FLAMIA_MMA_ACC128, "m64n256k16.f32.bf16.bf16", 
                 ", 0, 0")
 FLAMIA_WGMMA_RS(mma_rs_bf16, 32, FLAMIA_MMA_ACC128, "m64n256k16.f32.bf16.bf16", FLAMIA_MMA_D128, 128, 129, 130, 131,
                 132, 133, ", 0")
+// BF16 with B MN-major (imm-trans-b = 1, mma::desc_natural): fp8_mixed's backward products
+// over tokens, B = the caller's q, k or dO rows.
+FLAMIA_WGMMA_RS(mma_rs_bf16_bn, 8, FLAMIA_MMA_ACC32, "m64n64k16.f32.bf16.bf16", FLAMIA_MMA_D32, 32, 33, 34, 35, 36,
+                37, ", 1")
+FLAMIA_WGMMA_RS(mma_rs_bf16_bn, 16, FLAMIA_MMA_ACC64, "m64n128k16.f32.bf16.bf16", FLAMIA_MMA_D64, 64, 65, 66, 67,
+                68, 69, ", 1")
+FLAMIA_WGMMA_SS(mma_ss_bf16_bn, 8, FLAMIA_MMA_ACC32, "m64n64k16.f32.bf16.bf16", FLAMIA_MMA_D32, 32, 33, 34, ", 0, 1")
+FLAMIA_WGMMA_SS(mma_ss_bf16_bn, 16, FLAMIA_MMA_ACC64, "m64n128k16.f32.bf16.bf16", FLAMIA_MMA_D64, 64, 65, 66,
+                ", 0, 1")
 #undef FLAMIA_WGMMA_RS
 #undef FLAMIA_WGMMA_SS
 #undef FLAMIA_WGMMA_WRAPPER

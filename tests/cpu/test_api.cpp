@@ -524,14 +524,25 @@ TEST(Api, NullArgs) {
 // as the quantizer copied them there), so their descriptors may come without data
 // (flamia.h); host calls quantize q, k, v themselves and still need it. Validation runs
 // without a GPU: the call fails afterwards (no buffers here), never on q's data.
+// The device backward reads v (and with fp8 also q, k) from qkv8; fp8_mixed's reads q and k.
 TEST(Api, DeviceBackwardTakesQkvWithoutData) {
   for (const flamia_recipe recipe : {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED}) {
     HostCall c({5, 70, 20}, 4, 2, 64, true, recipe);
     move_all_to_device(c);
-    c.args.q.data = c.args.k.data = c.args.v.data = nullptr;
+    const bool mixed = recipe == FLAMIA_RECIPE_FP8_MIXED;
+    c.args.v.data = nullptr;
+    if (!mixed) c.args.q.data = c.args.k.data = nullptr;
     EXPECT_NE(c.backward(), FLAMIA_SUCCESS);
     const std::string msg = flamia_last_error();
     EXPECT_EQ(msg.find("data pointer is null"), std::string::npos) << "recipe " << int(recipe) << ": " << msg;
+    if (mixed) {
+      c.args.k.data = nullptr;
+      EXPECT_EQ(c.backward(), FLAMIA_ERROR_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(flamia_last_error()).find("k: data pointer is null, but recipe fp8_mixed"),
+                std::string::npos)
+          << flamia_last_error();
+      c.args.q.data = nullptr;
+    }
     // The forward always reads q, k, v.
     EXPECT_EQ(c.forward(), FLAMIA_ERROR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(flamia_last_error()).find("q: data pointer is null"), std::string::npos);

@@ -199,7 +199,8 @@ TEST(Guard, CheckErrorsWithoutDeviceCalls) {
 }  // namespace
 
 // Recipe fp8 keeps no transposed Qᵀ/Kᵀ in qkv8 (the backward transposes q8 and k8 into its
-// workspace); fp8_mixed keeps its BF16 copies there (only the quantizer can make them).
+// workspace); fp8_mixed keeps no BF16 copy of q, k or dO anywhere (its backward reads the
+// caller's tensors), only the flag words of non-finite rows.
 TEST(Guard, TransposedQkLiveWhereTheirRecipeMakesThem) {
   using flamia::quant::BwdWorkspaceLayout;
   using flamia::quant::Qkv8Layout;
@@ -209,20 +210,21 @@ TEST(Guard, TransposedQkLiveWhereTheirRecipeMakesThem) {
   const auto ws8 = BwdWorkspaceLayout::make(T, B, hq, hkv, D, FLAMIA_RECIPE_FP8);
   const auto qm = Qkv8Layout::make(T, B, hq, hkv, D, FLAMIA_RECIPE_FP8_MIXED, true);
   const auto wsm = BwdWorkspaceLayout::make(T, B, hq, hkv, D, FLAMIA_RECIPE_FP8_MIXED);
-  EXPECT_EQ(q8.qt, 0u);
-  EXPECT_EQ(q8.kt, 0u);
-  EXPECT_NE(qm.qt, 0u);
-  EXPECT_NE(qm.kt, 0u);
+  EXPECT_EQ(q8.nonfinite, 0u);
+  EXPECT_NE(qm.nonfinite, 0u);
   EXPECT_EQ(wsm.qt, 0u);
   EXPECT_EQ(wsm.kt, 0u);
-  // Sizes: fp8's backward-only qkv8 region is v8 alone; its workspace holds the two copies,
-  // and fp8_mixed's holds dO transposed in BF16 where fp8's holds it in FP8.
+  EXPECT_EQ(wsm.dot8, 0u);
+  EXPECT_NE(wsm.nonfinite, 0u);
+  EXPECT_EQ(ws8.nonfinite, 0u);
+  // Sizes: the backward-only qkv8 region is v8 alone (and fp8_mixed's flag word); fp8's
+  // workspace holds the two transposed copies and dO transposed in FP8, fp8_mixed's none.
   auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
   const auto q8f = Qkv8Layout::make(T, B, hq, hkv, D, FLAMIA_RECIPE_FP8, false);
   EXPECT_EQ(q8.bytes - q8f.bytes, aligned(size_t(T) * hkv * D));
+  EXPECT_EQ(qm.bytes - q8f.bytes, aligned(size_t(T) * hkv * D) + aligned(sizeof(uint32_t)));
   const size_t dot = size_t(hq) * D * size_t(ws8.tpad);
-  EXPECT_EQ(wsm.dot8 + aligned(2 * dot), wsm.sdo);
   EXPECT_EQ(ws8.dot8 + aligned(dot), ws8.sdo);
-  EXPECT_EQ(ws8.bytes + aligned(2 * dot) - aligned(dot) - wsm.bytes,
-            aligned(size_t(hq) * D * size_t(ws8.tpad)) + aligned(size_t(hkv) * D * size_t(ws8.tpad)));
+  EXPECT_EQ(ws8.bytes + aligned(sizeof(uint32_t)) - wsm.bytes,
+            aligned(dot) + aligned(size_t(hq) * D * size_t(ws8.tpad)) + aligned(size_t(hkv) * D * size_t(ws8.tpad)));
 }

@@ -303,6 +303,54 @@ TEST_F(ErrorsSmall, ShapeAndDtypeMismatch) {
             FLAMIA_ERROR_INVALID_ARGUMENT);
 }
 
+
+// The device backward reads v (and with fp8 also q, k) from qkv8, so those may come without
+// data; fp8_mixed's reads the BF16 q and k themselves: without them it is refused, naming the
+// tensor, and writes nothing; with them (v still absent) it computes the same gradients.
+TEST(BackwardInputs, Fp8MixedNeedsQAndK) {
+  for (const flamia_recipe recipe : {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED}) {
+    Case c;
+    c.cu = cu_from_lengths({100, 37});
+    c.recipe = recipe;
+    const Inputs in = make_inputs(c, 3);
+    GpuRunner r(c);
+    FwdResult f;
+    BwdResult want;
+    ASSERT_EQ(r.forward_backward(in, &f, &want), FLAMIA_SUCCESS) << flamia_last_error();
+    auto run = [&](bool q, bool k) {
+      flamia_attention_args a = r.args();
+      if (!q) a.q.data = nullptr;
+      if (!k) a.k.data = nullptr;
+      a.v.data = nullptr;
+      const flamia_status st = flamia_backward(&a, r.dout_view(), r.out_view(), r.lse_view(), r.qkv8(),
+                                               r.qkv8_bytes(), r.workspace(), r.workspace_bytes(), r.dq_view(),
+                                               r.dk_view(), r.dv_view());
+      r.sync();
+      return st;
+    };
+    const bool mixed = recipe == FLAMIA_RECIPE_FP8_MIXED;
+    for (const bool q : {false, true}) {
+      for (const bool k : {false, true}) {
+        if (q && k) continue;
+        const flamia_status st = run(q, k);
+        if (mixed) {
+          EXPECT_EQ(st, FLAMIA_ERROR_INVALID_ARGUMENT);
+          const std::string want_name = std::string(q ? "k" : "q") + ": data pointer is null";
+          EXPECT_NE(std::string(flamia_last_error()).find(want_name), std::string::npos) << flamia_last_error();
+        } else {
+          EXPECT_EQ(st, FLAMIA_SUCCESS) << flamia_last_error();
+        }
+      }
+    }
+    ASSERT_EQ(run(true, true), FLAMIA_SUCCESS) << flamia_last_error();
+    BwdResult b;
+    r.download_bwd(&b);
+    EXPECT_EQ(b.dq, want.dq);
+    EXPECT_EQ(b.dk, want.dk);
+    EXPECT_EQ(b.dv, want.dv);
+  }
+}
+
 }  // namespace
 }  // namespace flamia_gpu_test
 

@@ -40,6 +40,22 @@ __device__ __forceinline__ uint64_t desc(uint32_t tile, int ks) {
   return (uint64_t(hi) << 32) | lo;
 }
 
+// BF16 B operands may also be MN-major (wgmma's imm-trans-b): natural rows [token][d] as TMA
+// lands 64-element (128-byte) boxes of 64 token rows, 128-byte swizzle, the d-block b of a
+// tile at tile + b * kNaturalBlockBytes. Descriptor of k16 step ks (16 token rows): start
+// tile + ks * 2048, leading byte offset = the block stride (from one 64-element group of N to
+// the next), stride byte offset = 1024 (from one 8-row group of K to the next), as CUTLASS's
+// canonical MN-major SW128 layout ((8,n),(8,k)):((1,LBO),(8,SBO)) in 16-byte units.
+constexpr int kNaturalRows = 64;
+constexpr int kNaturalRowBytes = 128;
+constexpr int kNaturalBlockBytes = kNaturalRows * kNaturalRowBytes;
+__device__ __forceinline__ uint64_t desc_natural(uint32_t tile, int ks) {
+  const uint32_t lo = (((tile & 0x3FFFFu) >> 4) | (uint32_t(kNaturalBlockBytes >> 4) << 16)) +
+                      uint32_t(ks) * uint32_t((16 * kNaturalRowBytes) >> 4);
+  constexpr uint32_t hi = uint32_t((8 * kNaturalRowBytes) >> 4) | (1u << 30);
+  return (uint64_t(hi) << 32) | lo;
+}
+
 // ---- ordering ----------------------------------------------------------------------------
 // Before the first wgmma that reads registers (accumulator or A) written by other instructions.
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

@@ -209,13 +209,13 @@ __device__ __forceinline__ void dkdv_query_tile(const uint8_t* smem, int keys, i
       // Both products in flight at once (two fresh accumulators fit at D = 64): dV's runs on
       // the tensor core while dK's is folded, instead of each waited for in turn.
       float fresh_k[D / 8][4], fresh_v[D / 8][4];
-      issue_token_product<D, false>(fresh_k, ds, dk_b);
-      issue_token_product<D, false>(fresh_v, pv, st + S::kDot);
-      fold_token_product<D, false, false, 1>(dk, fresh_k, ds);
-      fold_token_product<D, false, true, 0>(dv, fresh_v, pv);
+      issue_token_product<D>(fresh_k, ds, dk_b);
+      issue_token_product<D>(fresh_v, pv, st + S::kDot);
+      fold_token_product<D, false, 1>(dk, fresh_k, ds);
+      fold_token_product<D, true, 0>(dv, fresh_v, pv);
     } else {
-      accumulate_token_product<D, false, false>(dk, ds, dk_b);
-      accumulate_token_product<D, false, true>(dv, pv, st + S::kDot);
+      accumulate_token_product<D, false>(dk, ds, dk_b);
+      accumulate_token_product<D, true>(dv, pv, st + S::kDot);
     }
     if constexpr (kStoreDs) {
       // Every thread's x is in the chunk for the next computed step's row pass

@@ -21,14 +21,14 @@ namespace bwd {
 // shared memory, and adds it in FP32 to a dQ accumulator in global memory (the L2 performs
 // the adds). Warpgroup w stores its dSᵀ transposed into chunk w of the step's dS buffer; once
 // both have (a named barrier), warpgroup w multiplies the whole tile by its D/2 columns of
-// Kᵀ. Five matmuls a tile pair instead of seven, and no dQ pass; but the order in which the
+// k. Five matmuls a tile pair instead of seven, and no dQ pass; but the order in which the
 // CTAs' partials reach a dQ row varies from run to run, so dQ is not deterministic (its bits
 // can differ in the last place) and is not bitwise the specification's sum.
 struct FusedDq {
   uint32_t ds_buffer;  // this step's dS buffer (chunk c at ds_buffer + c * kDsChunk)
-  uint32_t kt;         // this warpgroup's D/2 rows of the CTA's Kᵀ chunk 0 (chunk c at + c * kKtChunk);
-                       // a chunk past the document holds finite values (TMA's zeros, the next
-                       // document's, padding), which meet zeros of dS
+  uint32_t kt;         // this warpgroup's block of D/2 columns of the CTA's k rows, chunk 0 (chunk c
+                       // at + c * kKtChunk); rows past the document meet zeros of dS
+                       // (bwd_natural_rows.cuh)
   float* rows;         // the accumulator at the query tile's first row, head and this warpgroup's columns
   int64_t row_stride;  // Hq * D
   int valid_rows;      // rows of the query tile inside the document
@@ -46,9 +46,9 @@ __device__ __forceinline__ void issue_fused_dq(float (&dq)[D / 16][4], const Fus
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       const uint64_t a = mma::desc<kBf16ColRowBytes>(fz.ds_buffer + c * S::kDsChunk, ks);
-      const uint64_t b = mma::desc<kBf16ColRowBytes>(fz.kt + c * S::kKtChunk, ks);
-      if (c == 0 && ks == 0) wgmma::mma_ss_bf16<false>(dq, a, b);
-      else wgmma::mma_ss_bf16<true>(dq, a, b);
+      const uint64_t b = mma::desc_natural(fz.kt + c * S::kKtChunk, ks);
+      if (c == 0 && ks == 0) wgmma::mma_ss_bf16_bn<false>(dq, a, b);
+      else wgmma::mma_ss_bf16_bn<true>(dq, a, b);
     }
   wgmma::commit();
 }

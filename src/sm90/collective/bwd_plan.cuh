@@ -19,15 +19,21 @@ namespace sm90 {
 namespace bwd {
 
 struct BwdArgs {
-  // The streamed tiles (TMA): row tiles box D x 1 x 64 tokens, D-byte swizzle; column
-  // tiles box 64 positions x D, 64-byte swizzle.
-  CUtensorMap q8_rows;    // q8 [T][Hq][D]
-  CUtensorMap do8_rows;   // do8 [T][Hq][D]
-  CUtensorMap k8_rows;    // k8 [T][Hkv][D]
-  CUtensorMap v8_rows;    // v8 [T][Hkv][D]
-  CUtensorMap qt_cols;    // qt [Hq * D][Tpad]: FP8 (fp8) or BF16 (fp8_mixed, 128-byte boxes)
-  CUtensorMap kt_cols;    // kt [Hkv * D][Tpad]
-  CUtensorMap dot8_cols;  // dot8 [Hq * D][Tpad]
+  // The streamed tiles (TMA): row tiles box D x 1 x 64 tokens, D-byte swizzle; the B
+  // operands of the products over tokens are fp8's column tiles (box 64 positions x D of a
+  // transposed FP8 copy, 64-byte swizzle) or fp8_mixed's natural BF16 rows of the caller's
+  // tensors (box 128 bytes x 1 x 64 tokens, 128-byte swizzle, bwd_natural_rows.cuh).
+  CUtensorMap q8_rows;  // q8 [T][Hq][D]
+  CUtensorMap do8_rows; // do8 [T][Hq][D]
+  CUtensorMap k8_rows;  // k8 [T][Hkv][D]
+  CUtensorMap v8_rows;  // v8 [T][Hkv][D]
+  CUtensorMap q_b;      // B of dK: Qᵀ [Hq * D][Tpad] (fp8), q [T][Hq][D] BF16 (fp8_mixed)
+  CUtensorMap k_b;      // B of dQ: Kᵀ [Hkv * D][Tpad], or k [T][Hkv][D]
+  CUtensorMap do_b;     // B of dV: dOᵀ [Hq * D][Tpad], or dO [T][Hq][D]
+  // fp8_mixed: the quantizers' flags of non-finite q or k rows (qkv8) and dO rows
+  // (workspace); null with fp8.
+  const uint32_t* nonfinite_qk;
+  const uint32_t* nonfinite_do;
   // The tiles loaded once per CTA (cp.async).
   const uint8_t* q8;    // [T, Hq, D]
   const uint8_t* k8;    // [T, Hkv, D]
@@ -81,14 +87,15 @@ static_assert(kDkdvWarpgroups * kTileTokens == tiles::kFwdBlockM &&
                   kDqWarpgroups * kTileTokens == tiles::kFwdBlockM,
               "the backward's CTAs walk the 128-token work list");
 
-// A BF16 column tile's row: 64 token positions.
+// A BF16 tile's row of 64 values (a stored dS tile's, the fused dQ's dS buffers).
 constexpr int kBf16ColRowBytes = 2 * kTileTokens;
 
 // A row tile (64 tokens x D codes) and a column tile (D x 64 positions) are both 64 D bytes.
 // Swizzled tiles start at multiples of the largest swizzle atom (8 rows x 128 bytes).
 template <int D>
 constexpr int kTmaTileBytes = kTileTokens * D;
-// The column tile of the dS products' other operand: FP8, or BF16 with fp8_mixed.
+// The B tile of a product over tokens: FP8 columns (D x 64 positions), or with fp8_mixed
+// BF16 natural rows (64 tokens x D values, bwd_natural_rows.cuh).
 template <int D, bool kMixed>
 constexpr int kDsColTileBytes = kMixed ? D * kBf16ColRowBytes : kTmaTileBytes<D>;
 constexpr int kSwizzleAlign = 1024;
@@ -104,8 +111,8 @@ struct DkdvSmem {
   static constexpr int kSv = kSk + kScalarTileBytes;
   static constexpr int kKeyBytes = kSv + kScalarTileBytes;
   static constexpr int keys(int w) { return w * kKeyBytes; }
-  // The fused dQ only. The CTA's Kᵀ in BF16 (B of dQ = dS K): chunk w holds warpgroup w's 64
-  // keys, D rows of 128 bytes as the quantizer's transposed copy lands by TMA. Two dS
+  // The fused dQ only. The CTA's k in BF16 (B of dQ = dS K): chunk w holds warpgroup w's 64
+  // keys, natural rows (bwd_natural_rows.cuh). Two dS
   // buffers (A of dQ), alternating by step: chunk w of a buffer is warpgroup w's dS,
   // 64 query rows of its 64 keys (128 bytes, 128-byte swizzle).
   static constexpr int kKtChunk = D * kBf16ColRowBytes;
@@ -123,8 +130,8 @@ struct DkdvSmem {
   // (kTmaBytes, swizzle-aligned), then the per-query values sq, sdo, LSE, D (cp.async).
   static constexpr int kQ = 0;                                // B of Sᵀ: Q rows
   static constexpr int kDo = kQ + kTmaTileBytes<D>;           // B of dPᵀ: dO rows
-  static constexpr int kDot = kDo + kTmaTileBytes<D>;         // B of dV: dOᵀ columns (FP8 or BF16)
-  static constexpr int kQt = kDot + kDsColTileBytes<D, kMixed>;  // B of dK: Qᵀ columns (FP8 or BF16)
+  static constexpr int kDot = kDo + kTmaTileBytes<D>;         // B of dV: dOᵀ columns (FP8) or dO rows (BF16)
+  static constexpr int kQt = kDot + kDsColTileBytes<D, kMixed>;  // B of dK: Qᵀ columns (FP8) or q rows (BF16)
   static constexpr int kTmaBytes = kQt + kDsColTileBytes<D, kMixed>;
   static constexpr int kSqT = kTmaBytes;
   static constexpr int kSdoT = kSqT + kScalarTileBytes;
@@ -168,7 +175,7 @@ struct DqSmem {
   // swizzle-aligned), then the key scales sk, sv (cp.async).
   static constexpr int kK = 0;                             // B of S: K rows
   static constexpr int kV = kK + kTmaTileBytes<D>;         // B of dP: V rows
-  static constexpr int kKt = kV + kTmaTileBytes<D>;        // B of dQ: Kᵀ columns (FP8 or BF16)
+  static constexpr int kKt = kV + kTmaTileBytes<D>;        // B of dQ: Kᵀ columns (FP8) or k rows (BF16)
   static constexpr int kTmaBytes = kKt + kDsColTileBytes<D, kMixed>;
   static constexpr int kSk = kTmaBytes;
   static constexpr int kSv = kSk + kScalarTileBytes;
@@ -193,7 +200,7 @@ struct DqSmem {
 // so the stages are all bytes and the pass reads them at HBM speed.
 template <int D, bool kMixed>
 struct DqStoredSmem {
-  static constexpr int kKt = 0;                                 // B: Kᵀ columns
+  static constexpr int kKt = 0;                                 // B: Kᵀ columns or k rows
   static constexpr int kKtBytes = kDsColTileBytes<D, kMixed>;  // BF16 or FP8
   // A: warpgroup w's image at kDs + w * kImageBytes (1024-aligned); fp8's rho after both.
   static constexpr int kImageBytes = kMixed ? kDsTileBytes : kDsCodesBytes;

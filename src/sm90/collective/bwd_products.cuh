@@ -67,32 +67,25 @@ __device__ __forceinline__ TokenOperand<false> token_operand_prescaled(const Til
   return op;
 }
 
-// acc += scale[row] * (A · B): the tile product in a fresh accumulator (scale-d 0 on the
-// first step, the steps chained in ascending token order), then scaled and added in FP32: by
-// one fused multiply-add (kLast) or a multiply and an add, the same bits, as the scale is a
-// power of two and the product exact. B at shared address bt: D rows of 64 token positions
-// as TMA lands them (FP8 with a 64-byte swizzle, BF16 with a 128-byte one).
+// acc += scale[row] * (A · B) for an FP8 operand: the tile product in a fresh accumulator
+// (scale-d 0 on the first step, the steps chained in ascending token order), then scaled and
+// added in FP32: by one fused multiply-add (kLast) or a multiply and an add, the same bits,
+// as the scale is a power of two and the product exact. B at shared address bt: D rows of
+// 64 token positions as TMA lands them (a 64-byte swizzle).
 // In two halves, so that other MMAs can be issued between them: issue_token_product starts
 // the product (one committed group), fold_token_product waits until at most kPending groups
 // committed after it are pending, then folds.
-template <int D, bool kBf16>
-__device__ __forceinline__ void issue_token_product(float (&fresh)[D / 8][4], TokenOperand<kBf16>& op, uint32_t bt) {
+template <int D>
+__device__ __forceinline__ void issue_token_product(float (&fresh)[D / 8][4], TokenOperand<false>& op, uint32_t bt) {
   wgmma::pin(op.a);  // the operand is final before the fence
   wgmma::fence();
-  if constexpr (kBf16) {
-    // k16 steps of 32 bytes into each 128-byte row, as the FP8 k32 steps of a 128-byte row.
-    wgmma::mma_rs_bf16<false>(fresh, op.a[0], mma::desc<kBf16ColRowBytes>(bt, 0));
-#pragma unroll
-    for (int ks = 1; ks < 4; ++ks) wgmma::mma_rs_bf16<true>(fresh, op.a[ks], mma::desc<kBf16ColRowBytes>(bt, ks));
-  } else {
-    wgmma::mma_rs<false>(fresh, op.a[0], mma::desc<kTileTokens>(bt, 0));
-    wgmma::mma_rs<true>(fresh, op.a[1], mma::desc<kTileTokens>(bt, 1));
-  }
+  wgmma::mma_rs<false>(fresh, op.a[0], mma::desc<kTileTokens>(bt, 0));
+  wgmma::mma_rs<true>(fresh, op.a[1], mma::desc<kTileTokens>(bt, 1));
   wgmma::commit();
 }
-template <int D, bool kBf16, bool kLast, int kPending>
+template <int D, bool kLast, int kPending>
 __device__ __forceinline__ void fold_token_product(float (&acc)[D / 8][4], float (&fresh)[D / 8][4],
-                                                   TokenOperand<kBf16>& op) {
+                                                   TokenOperand<false>& op) {
   wgmma::wait<kPending>();
   wgmma::pin(fresh);
   wgmma::pin(op.a);  // registers read by the MMA stay untouched until it is done
@@ -100,21 +93,28 @@ __device__ __forceinline__ void fold_token_product(float (&acc)[D / 8][4], float
   for (int n = 0; n < D / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      acc[n][e] = kBf16    ? __fadd_rn(acc[n][e], fresh[n][e])
-                  : kLast ? fmaf(op.scale[e >> 1], fresh[n][e], acc[n][e])
-                          : __fadd_rn(acc[n][e], __fmul_rn(op.scale[e >> 1], fresh[n][e]));
+      acc[n][e] = kLast ? fmaf(op.scale[e >> 1], fresh[n][e], acc[n][e])
+                        : __fadd_rn(acc[n][e], __fmul_rn(op.scale[e >> 1], fresh[n][e]));
 }
-// fp8_mixed's BF16 products (dS·Q, dS·K; scale 1) need no fresh accumulator: a k16 step keeps
-// 23 fraction bits (ALGORITHM.md §3, §6), so the product is chained onto the FP32 sum itself,
-// with no fold. chained_product_done waits for it as fold_token_product would (ptxas
-// serializes every wgmma of a kernel where a chained product stays in flight across a loop
-// iteration: C7515), and keeps op.a's registers from reuse until then.
+template <int D, bool kLast>
+__device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4], TokenOperand<false>& op, uint32_t bt) {
+  float fresh[D / 8][4];
+  issue_token_product<D>(fresh, op, bt);
+  fold_token_product<D, kLast, 0>(acc, fresh, op);
+}
+// fp8_mixed's BF16 products (dS·Q, dS·K, Pᵀ·dO; scale 1) need no fresh accumulator: a k16
+// step keeps 23 fraction bits (ALGORITHM.md §3, §6), so the product is chained onto the FP32
+// sum itself, with no fold. B is the caller's BF16 rows at bt, MN-major (mma::desc_natural:
+// 64 token rows of each 64-element block of d). chained_product_done waits for it as
+// fold_token_product would (ptxas serializes every wgmma of a kernel where a chained product
+// stays in flight across a loop iteration: C7515), and keeps op.a's registers from reuse
+// until then.
 template <int D>
 __device__ __forceinline__ void chain_token_product(float (&acc)[D / 8][4], TokenOperand<true>& op, uint32_t bt) {
   wgmma::pin(op.a);
   wgmma::fence();
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) wgmma::mma_rs_bf16<true>(acc, op.a[ks], mma::desc<kBf16ColRowBytes>(bt, ks));
+  for (int ks = 0; ks < 4; ++ks) wgmma::mma_rs_bf16_bn<true>(acc, op.a[ks], mma::desc_natural(bt, ks));
   wgmma::commit();
 }
 template <int D, int kPending>
@@ -122,13 +122,6 @@ __device__ __forceinline__ void chained_product_done(float (&acc)[D / 8][4], Tok
   wgmma::wait<kPending>();
   wgmma::pin(acc);
   wgmma::pin(op.a);
-}
-template <int D, bool kBf16, bool kLast>
-__device__ __forceinline__ void accumulate_token_product(float (&acc)[D / 8][4], TokenOperand<kBf16>& op,
-                                                         uint32_t bt) {
-  float fresh[D / 8][4];
-  issue_token_product<D, kBf16>(fresh, op, bt);
-  fold_token_product<D, kBf16, kLast, 0>(acc, fresh, op);
 }
 
 // Stores rows [0, 16) of a warp's D-wide accumulator (scaled) as bf16 for rows < valid.

@@ -34,20 +34,21 @@
 // D) and D rows of 64 token positions of the quantizer's fragment-ordered transposed copies in
 // a 64-byte swizzle (B of those reduced over tokens) — and its per-token values (scales, LSE,
 // D) by cp.async, since a 64-value run of an [H][T] array need not start 16-byte aligned as a
-// TMA box must. fp8_mixed's BF16 operand (Q for dK, K for dQ) is a stage tile like the FP8
-// ones: D rows of 64 positions of the quantizer's transposed BF16 copy (128 bytes a row,
-// 128-byte swizzle, non-finite values already zero).
+// TMA box must. fp8_mixed's BF16 operands (q for dK, dO for dV, k for dQ) are stage tiles
+// too, the caller's tensors themselves: 64 token rows, read MN-major (bwd_natural_rows.cuh,
+// which also says how their non-finite rows are zeroed).
 // No CTA barrier orders the steps: every thread's per-token copies arrive on the stage's
 // `full` mbarrier when they land, each thread arrives on its `empty` mbarrier when done with
 // it, and a stage is refilled only after every thread left it; so the two warpgroups drift up to
 // two steps apart and one's MMAs overlap the other's FP32 work.
 // TMA tiles are not cleared past the document end: their rows or columns there hold the
-// next document's codes, the transposed copies' padding, or TMA's zeros past the tensor, and
-// every one is finite — the quantizer (quantize.cu, the same kernel for q/k/v and for dO)
-// writes every position of [0, Tpad) of a transposed copy, padding as zero codes, converts
-// with satfinite at a scale in [2^-126, 2^127], and gives a non-finite row zero codes (its
-// NaN stays in the scale). Such a row or column meets only masked pairs, which are exact
-// zeros by selection, so it adds 0 * code = 0 to every product.
+// next document's codes or values, the transposed copies' padding, or TMA's zeros past the
+// tensor, and every one is finite — the quantizer (quantize.cu, the same kernel for q/k/v and
+// for dO) writes every position of [0, Tpad) of a transposed copy, padding as zero codes,
+// converts with satfinite at a scale in [2^-126, 2^127], and gives a non-finite row zero codes
+// (its NaN stays in the scale); fp8_mixed's BF16 rows are zeroed where not finite. Such a row
+// or column meets only masked pairs, which are exact zeros by selection, so it adds 0 to
+// every product.
 //
 // Pieces: collective/bwd_plan.cuh (parameters, CTA shapes, shared-memory plans),
 // kit/bwd_ring.cuh (the streamed ring), collective/bwd_products.cuh (pair arithmetic and
@@ -68,6 +69,7 @@
 #include "sm90/collective/bwd_dkdv_mainloop.cuh"
 #include "sm90/collective/bwd_dq_mainloop.cuh"
 #include "sm90/collective/bwd_fused_dq.cuh"
+#include "sm90/collective/bwd_natural_rows.cuh"
 #include "sm90/collective/bwd_plan.cuh"
 #include "sm90/collective/bwd_products.cuh"
 #include "sm90/collective/bwd_stored_ds.cuh"
@@ -171,14 +173,14 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   if (elected) {
     tma::prefetch_map(a.q8_rows);
     tma::prefetch_map(a.do8_rows);
-    tma::prefetch_map(a.dot8_cols);
-    tma::prefetch_map(a.qt_cols);
+    tma::prefetch_map(a.do_b);
+    tma::prefetch_map(a.q_b);
     if constexpr (kFused) {
-      // The CTA's Kᵀ, both chunks (a chunk past the document is loaded and never read).
+      // The CTA's k rows, both chunks (a chunk past the document is loaded and never read).
       mbar::arrive_expect_tx(base + S::kKtFull, kDkdvWarpgroups * S::kKtChunk);
       for (int c = 0; c < kDkdvWarpgroups; ++c)
-        tma::load_2d(base + S::kKt + c * S::kKtChunk, a.kt_cols, base + S::kKtFull,
-                     2 * (int(dt.pstart) + (kDkdvWarpgroups * n + c) * kTileTokens), hk * D);
+        load_natural_rows<D>(base + S::kKt + c * S::kKtChunk, a.k_b, base + S::kKtFull, hk,
+                             int(dt.tok0) + (kDkdvWarpgroups * n + c) * kTileTokens);
     }
   }
 
@@ -210,8 +212,13 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     mbar::arrive_expect_tx(full, S::kTmaBytes);
     tma::load_3d(st + S::kQ, a.q8_rows, full, 0, t.h, tok);
     tma::load_3d(st + S::kDo, a.do8_rows, full, 0, t.h, tok);
-    tma::load_2d(st + S::kDot, a.dot8_cols, full, kMixed ? 2 * pos : pos, t.h * D);  // BF16: byte coordinates
-    tma::load_2d(st + S::kQt, a.qt_cols, full, kMixed ? 2 * pos : pos, t.h * D);  // BF16: byte coordinates
+    if constexpr (kMixed) {
+      load_natural_rows<D>(st + S::kDot, a.do_b, full, t.h, tok);
+      load_natural_rows<D>(st + S::kQt, a.q_b, full, t.h, tok);
+    } else {
+      tma::load_2d(st + S::kDot, a.do_b, full, pos, t.h * D);
+      tma::load_2d(st + S::kQt, a.q_b, full, pos, t.h * D);
+    }
   };
   // Every thread: one of a step's 256 per-query values (thread t: value t % 64 of sq, sdo,
   // LSE, D for t / 64 = 0..3, as laid out from kSqT on, each in the lanes' column order), by
@@ -243,9 +250,22 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[c][e] = dv[c][e] = 0.0f;
 
-  // The fused dQ: the CTA's Kᵀ has landed before the first product reads it.
+  // fp8_mixed: whether its BF16 rows need their non-finite rows zeroed (bwd_natural_rows.cuh);
+  // the same for every thread, so the zeroing's barriers are the whole CTA's.
+  [[maybe_unused]] const bool zero_q = kMixed && rows_flagged(a.nonfinite_qk);
+  [[maybe_unused]] const bool zero_do = kMixed && rows_flagged(a.nonfinite_do);
+  // The fused dQ: the CTA's k rows have landed before the first product reads them.
   [[maybe_unused]] const int64_t q_row = int64_t(a.hq) * D;
-  if constexpr (kFused) mbar::wait(base + S::kKtFull, 0);
+  if constexpr (kFused) {
+    mbar::wait(base + S::kKtFull, 0);
+    if (zero_q) {
+      for (int c = 0; c < kDkdvWarpgroups; ++c)
+        zero_nonfinite_rows<D>(smem + S::kKt + c * S::kKtChunk, a.sk + hk * a.total_tokens,
+                               dt.tok0 + (kDkdvWarpgroups * n + c) * kTileTokens, a.total_tokens,
+                               int(threadIdx.x), kDkdvThreads);
+      natural_rows_ready(kDkdvThreads);
+    }
+  }
 
   int stored = 0;  // steps this warpgroup has computed: the stored dS's buffer parity
   [[maybe_unused]] StoredDsRun<kMixed> run;
@@ -259,10 +279,19 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     // The step's tiles and values landed. Every thread waits, also in steps its warpgroup
     // skips: a parity wait only tells consecutive phases apart.
     mbar::wait(base + S::full(use.index), use.phase);
+    if constexpr (kMixed) {
+      if (zero_q || zero_do) {
+        uint8_t* st = smem + S::stage(use.index);
+        const int64_t tok = dt.tok0 + m0, off = int64_t(cur.h) * a.total_tokens;
+        if (zero_q) zero_nonfinite_rows<D>(st + S::kQt, a.sq + off, tok, a.total_tokens, int(threadIdx.x), kDkdvThreads);
+        if (zero_do) zero_nonfinite_rows<D>(st + S::kDot, a.sdo + off, tok, a.total_tokens, int(threadIdx.x), kDkdvThreads);
+        natural_rows_ready(kDkdvThreads);
+      }
+    }
     FusedDq fz{};
     if constexpr (kFused) {
       fz.ds_buffer = base + S::kDs + (step & 1) * S::kDsBuffer;
-      fz.kt = base + S::kKt + wg * (D / 2) * kBf16ColRowBytes;
+      fz.kt = base + S::kKt + wg * mma::kNaturalBlockBytes;
       fz.rows = a.dq_acc + (dt.tok0 + m0) * q_row + cur.h * D + wg * (D / 2);
       fz.row_stride = q_row;
       fz.valid_rows = dt.len - m0;
@@ -341,7 +370,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   if (elected) {
     tma::prefetch_map(a.k8_rows);
     tma::prefetch_map(a.v8_rows);
-    tma::prefetch_map(a.kt_cols);
+    tma::prefetch_map(a.k_b);
   }
 
   const int64_t q_row = int64_t(a.hq) * D;
@@ -369,7 +398,8 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
     mbar::arrive_expect_tx(full, S::kTmaBytes);
     tma::load_3d(st + S::kK, a.k8_rows, full, 0, hk, tok);
     tma::load_3d(st + S::kV, a.v8_rows, full, 0, hk, tok);
-    tma::load_2d(st + S::kKt, a.kt_cols, full, kMixed ? 2 * pos : pos, hk * D);  // BF16: byte coordinates
+    if constexpr (kMixed) load_natural_rows<D>(st + S::kKt, a.k_b, full, hk, tok);
+    else tma::load_2d(st + S::kKt, a.k_b, full, pos, hk * D);
   };
   // Warpgroup 0: a key tile's 128 key scales (thread t: value t % 64 of sk, sv for
   // t / 64 = 0, 1, as laid out from kSk on, each in the lanes' column order), by cp.async.
@@ -394,6 +424,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   own_rows_ready();
 
   const int i0 = m0 + 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's queries: i0, i0 + 8
+  [[maybe_unused]] const bool zero_k = kMixed && rows_flagged(a.nonfinite_qk);  // as in dkdv_kernel
   float dq[D / 8][4];
 #pragma unroll
   for (int c = 0; c < D / 8; ++c)
@@ -415,6 +446,13 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
     if (n + 1 < num_key_tiles) load_step(n + 1);
     const int n0 = n * kTileTokens;
     mbar::wait(base + S::full(use.index), use.phase);  // as in dkdv_kernel
+    if constexpr (kMixed) {
+      if (zero_k) {
+        zero_nonfinite_rows<D>(smem + S::stage(use.index) + S::kKt, a.sk + int64_t(hk) * a.total_tokens, dt.tok0 + n0,
+                               a.total_tokens, int(threadIdx.x), kDqThreads);
+        natural_rows_ready(kDqThreads);
+      }
+    }
     if (n <= last) {
       if (!kOverlap) issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), use.index);
       wgmma::wait<0>();
@@ -427,7 +465,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
       const uint32_t kt = base + S::stage(use.index) + S::kKt;
       float fresh[D / 8][4];  // fp8 only
       if constexpr (kMixed) chain_token_product<D>(dq, op, kt);
-      else issue_token_product<D, false>(fresh, op, kt);
+      else issue_token_product<D>(fresh, op, kt);
       // S and dP of n + 1 may be pending (two groups) when the product is done.
       if (kOverlap && n + 1 <= last) {
         StageCursor<> next = use;
@@ -435,10 +473,10 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
         mbar::wait(base + S::full(next.index), next.phase);
         issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), next.index);
         if constexpr (kMixed) chained_product_done<D, 2>(dq, op);
-        else fold_token_product<D, false, true, 2>(dq, fresh, op);
+        else fold_token_product<D, true, 2>(dq, fresh, op);
       } else {
         if constexpr (kMixed) chained_product_done<D, 0>(dq, op);
-        else fold_token_product<D, false, true, 0>(dq, fresh, op);
+        else fold_token_product<D, true, 0>(dq, fresh, op);
       }
     }
     release_stage(base + S::empty(use.index));
@@ -479,7 +517,7 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
       mbar::init(base + S::empty(s), kDqThreads);
     }
     mbar::fence_init();
-    tma::prefetch_map(a.kt_cols);
+    tma::prefetch_map(a.k_b);
   }
   __syncthreads();
 
@@ -491,9 +529,9 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
   const uint64_t once = elected ? tma::evict_first_policy() : 0;
   auto load_key_tile = [&](int s, int n) {
     const uint32_t st = base + S::stage(s), full = base + S::full(s);
-    const int pos = int(dt.pstart) + n * kTileTokens;
     mbar::arrive_expect_tx(full, S::kTxBytes);
-    tma::load_2d(st + S::kKt, a.kt_cols, full, kMixed ? 2 * pos : pos, hk * D);  // BF16: byte coordinates
+    if constexpr (kMixed) load_natural_rows<D>(st + S::kKt, a.k_b, full, hk, int(dt.tok0) + n * kTileTokens);
+    else tma::load_2d(st + S::kKt, a.k_b, full, int(dt.pstart) + n * kTileTokens, hk * D);
     for (int w = 0; w < kDqWarpgroups; ++w) {
       const uint8_t* tile = run.tile(h, kDqWarpgroups * dt.tile + w, n);
       tma::load_bulk(st + S::kDs + w * S::kImageBytes, tile, S::kImageBytes, full, once);
@@ -519,16 +557,24 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
     for (int e = 0; e < 4; ++e) dq[c][e] = 0.0f;
   const int last = valid_q <= 0 ? -1 : a.causal ? min(mw, num_key_tiles - 1) : num_key_tiles - 1;
   const int row = 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's rows: row, row + 8
+  [[maybe_unused]] const bool zero_k = kMixed && rows_flagged(a.nonfinite_qk);  // as in dkdv_kernel
   for (int n = 0; n < num_key_tiles; ++n) {
     if (n + S::kStages - 1 < num_key_tiles) load_step(n + S::kStages - 1);
     mbar::wait(base + S::full(use.index), use.phase);
+    if constexpr (kMixed) {
+      if (zero_k) {
+        zero_nonfinite_rows<D>(smem + S::stage(use.index) + S::kKt, a.sk + int64_t(hk) * a.total_tokens,
+                               dt.tok0 + n * kTileTokens, a.total_tokens, int(threadIdx.x), kDqThreads);
+        natural_rows_ready(kDqThreads);
+      }
+    }
     if (n <= last) {
       const uint32_t st = base + S::stage(use.index), img = st + S::kDs + wg * S::kImageBytes;
       if constexpr (kMixed) {
         wgmma::fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
-          wgmma::mma_ss_bf16<true>(dq, mma::desc<kBf16ColRowBytes>(img, ks), mma::desc<kBf16ColRowBytes>(st + S::kKt, ks));
+          wgmma::mma_ss_bf16_bn<true>(dq, mma::desc<kBf16ColRowBytes>(img, ks), mma::desc_natural(st + S::kKt, ks));
         wgmma::commit();
         wgmma::wait<0>();
         wgmma::pin(dq);
@@ -644,14 +690,22 @@ cudaError_t encode_row_map(CUtensorMap* map, const uint8_t* codes, int64_t total
   const uint32_t box[3] = {uint32_t(D), 1, uint32_t(kTileTokens)};
   return encode_u8_map(map, codes, 3, dims, strides, box, head_dim);
 }
-// elem_bytes 2: a BF16 copy (fp8_mixed's qt, kt), mapped as bytes: 128-byte boxes, 128-byte
-// swizzle, x coordinates in bytes.
-cudaError_t encode_col_map(CUtensorMap* map, const uint8_t* codes, int64_t tpad, int heads, int head_dim,
-                           int elem_bytes = 1) {
-  const uint64_t row = uint64_t(tpad) * uint64_t(elem_bytes);
-  const uint64_t dims[2] = {row, uint64_t(heads) * uint64_t(head_dim)}, strides[1] = {row};
-  const uint32_t box[2] = {uint32_t(kTileTokens * elem_bytes), uint32_t(head_dim)};
-  return encode_u8_map(map, codes, 2, dims, strides, box, kTileTokens * elem_bytes);
+cudaError_t encode_col_map(CUtensorMap* map, const uint8_t* codes, int64_t tpad, int heads, int head_dim) {
+  const uint64_t dims[2] = {uint64_t(tpad), uint64_t(heads) * uint64_t(head_dim)}, strides[1] = {uint64_t(tpad)};
+  const uint32_t box[2] = {uint32_t(kTileTokens), uint32_t(head_dim)};
+  return encode_u8_map(map, codes, 2, dims, strides, box, kTileTokens);
+}
+// Natural BF16 rows of a caller's [T, H, D] tensor (strides in elements, rows 16-byte
+// aligned), mapped as bytes: box 128 bytes x 1 head x 64 tokens, 128-byte swizzle, x
+// coordinates in bytes (bwd_natural_rows.cuh).
+cudaError_t encode_natural_map(CUtensorMap* map, const void* x, int64_t total_tokens, int heads, int head_dim,
+                               int64_t stride_t, int64_t stride_h) {
+  const uint64_t dims[3] = {2 * uint64_t(head_dim), uint64_t(heads), uint64_t(total_tokens)};
+  const uint64_t strides[2] = {2 * uint64_t(stride_h), 2 * uint64_t(stride_t)};
+  const uint32_t box[3] = {uint32_t(mma::kNaturalRowBytes), 1, uint32_t(kTileTokens)};
+  // 256-byte L2 fills: at D = 128 a token's head row is two boxes, whose halves a miss brings
+  // in together.
+  return encode_u8_map(map, x, 3, dims, strides, box, mma::kNaturalRowBytes, head_dim == 128 ? 256 : 128);
 }
 
 // The step of this thread's last backward that returned an error (backward_failed_step).
@@ -679,6 +733,9 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   if (!quant::rows_16b_aligned(dout, dout_stride_t, dout_stride_h) ||
       !quant::rows_16b_aligned(out, dout_stride_t, dout_stride_h))
     return failed("dout and out rows 16-byte aligned", cudaErrorInvalidValue);
+  if (mixed && (p.q == nullptr || p.k == nullptr || !quant::rows_16b_aligned(p.q, p.q_stride_t, p.q_stride_h) ||
+                !quant::rows_16b_aligned(p.k, p.k_stride_t, p.k_stride_h)))
+    return failed("q and k (fp8_mixed reads them) present, rows 16-byte aligned", cudaErrorInvalidValue);
   const auto layout = quant::Qkv8Layout::make(p.total_tokens, p.num_docs, p.hq, p.hkv, p.head_dim,
                                               p.recipe, true);
   // The fused dQ: selected, and no q_start (its rows before q_start would be written).
@@ -707,17 +764,25 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   if ((err = encode_row_map(&a.do8_rows, a.do8, T, p.hq, p.head_dim)) != cudaSuccess) return failed("tensor map do8", err);
   if ((err = encode_row_map(&a.k8_rows, a.k8, T, p.hkv, p.head_dim)) != cudaSuccess) return failed("tensor map k8", err);
   if ((err = encode_row_map(&a.v8_rows, a.v8, T, p.hkv, p.head_dim)) != cudaSuccess) return failed("tensor map v8", err);
-  const int qk_bytes = mixed ? 2 : 1;  // the transposed q, k, dO: BF16 (fp8_mixed) or FP8
-  if ((err = encode_col_map(&a.dot8_cols, ws + ws_layout.dot8, layout.tpad, p.hq, p.head_dim, qk_bytes)) != cudaSuccess)
-    return failed("tensor map dot8", err);
-  // Qᵀ, Kᵀ: fp8_mixed's BF16 copies in qkv8 (the quantizer's), fp8's FP8 ones in the
-  // workspace (transpose_qk_codes, below).
-  const uint8_t* qt = mixed ? base + layout.qt : ws + ws_layout.qt;
-  const uint8_t* kt = mixed ? base + layout.kt : ws + ws_layout.kt;
-  if ((err = encode_col_map(&a.qt_cols, qt, layout.tpad, p.hq, p.head_dim, qk_bytes)) != cudaSuccess)
-    return failed("tensor map qt", err);
-  if ((err = encode_col_map(&a.kt_cols, kt, layout.tpad, p.hkv, p.head_dim, qk_bytes)) != cudaSuccess)
-    return failed("tensor map kt", err);
+  if (mixed) {
+    // fp8_mixed's BF16 operands: the caller's q, k and dO rows.
+    if ((err = encode_natural_map(&a.do_b, dout, T, p.hq, p.head_dim, dout_stride_t, dout_stride_h)) != cudaSuccess)
+      return failed("tensor map dout", err);
+    if ((err = encode_natural_map(&a.q_b, p.q, T, p.hq, p.head_dim, p.q_stride_t, p.q_stride_h)) != cudaSuccess)
+      return failed("tensor map q", err);
+    if ((err = encode_natural_map(&a.k_b, p.k, T, p.hkv, p.head_dim, p.k_stride_t, p.k_stride_h)) != cudaSuccess)
+      return failed("tensor map k", err);
+    a.nonfinite_qk = reinterpret_cast<const uint32_t*>(base + layout.nonfinite);
+    a.nonfinite_do = reinterpret_cast<const uint32_t*>(ws + ws_layout.nonfinite);
+  } else {
+    // fp8's: dOᵀ from the dO quantizer, Qᵀ and Kᵀ from transpose_qk_codes (below).
+    if ((err = encode_col_map(&a.do_b, ws + ws_layout.dot8, layout.tpad, p.hq, p.head_dim)) != cudaSuccess)
+      return failed("tensor map dot8", err);
+    if ((err = encode_col_map(&a.q_b, ws + ws_layout.qt, layout.tpad, p.hq, p.head_dim)) != cudaSuccess)
+      return failed("tensor map qt", err);
+    if ((err = encode_col_map(&a.k_b, ws + ws_layout.kt, layout.tpad, p.hkv, p.head_dim)) != cudaSuccess)
+      return failed("tensor map kt", err);
+  }
   a.sq = reinterpret_cast<const float*>(base + layout.sq);
   a.sk = reinterpret_cast<const float*>(base + layout.sk);
   a.sv = reinterpret_cast<const float*>(base + layout.sv);

@@ -25,7 +25,8 @@ EncodeTiled encode_fn() {
 }  // namespace
 
 cudaError_t encode_u8_map(CUtensorMap* map, const void* base, int rank, const uint64_t* dims,
-                          const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes) {
+                          const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes,
+                          int l2_promotion_bytes) {
   const EncodeTiled encode = encode_fn();
   if (encode == nullptr) return cudaErrorNotSupported;
   cuuint64_t d[5], s[4];
@@ -40,7 +41,9 @@ cudaError_t encode_u8_map(CUtensorMap* map, const void* base, int rank, const ui
                                      : swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                            : CU_TENSOR_MAP_SWIZZLE_NONE;
   const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, cuuint32_t(rank), const_cast<void*>(base), d, s, b,
-                            e, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            e, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                            l2_promotion_bytes == 256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                                                      : CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   // The driver's codes and the runtime's agree in number for what encoding can return
   // (1 invalid value, 201 invalid context, ...), so the reason reaches the message.

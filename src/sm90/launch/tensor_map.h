@@ -13,9 +13,10 @@ namespace sm90 {
 // A tiled map over a uint8 tensor (FP8 codes). dims[0] is the innermost (contiguous)
 // dimension; strides_bytes[i] is the byte stride of dims[i + 1]. The box lands in shared
 // memory with the given swizzle width (0, 64 or 128 bytes); elements outside the tensor
-// read as zero.
+// read as zero. l2_promotion_bytes (128 or 256): the L2 fills a miss by that many bytes.
 cudaError_t encode_u8_map(CUtensorMap* map, const void* base, int rank, const uint64_t* dims,
-                          const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes);
+                          const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes,
+                          int l2_promotion_bytes = 128);
 
 }  // namespace sm90
 }  // namespace flamia
