@@ -35,6 +35,15 @@ __device__ __forceinline__ void load_natural_rows(uint32_t dst, const CUtensorMa
     tma::load_3d(dst + b * mma::kNaturalBlockBytes, map, bar, b * mma::kNaturalRowBytes, head, tok);
 }
 
+// The B tile of a product over tokens for tokens [tok, tok + 64) of `head`: fp8_mixed's
+// natural BF16 rows, or fp8's transposed FP8 columns at padded position pos.
+template <int D, bool kMixed>
+__device__ __forceinline__ void load_token_b_tile(uint32_t dst, const CUtensorMap& map, uint32_t bar, int head,
+                                                  int tok, int pos) {
+  if constexpr (kMixed) load_natural_rows<D>(dst, map, bar, head, tok);
+  else tma::load_2d(dst, map, bar, pos, head * D);
+}
+
 // Whether the quantizer flagged a non-finite row (flag null: the recipe has no natural rows).
 __device__ __forceinline__ bool rows_flagged(const uint32_t* flag) { return flag != nullptr && __ldg(flag) != 0u; }
 

@@ -212,13 +212,8 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     mbar::arrive_expect_tx(full, S::kTmaBytes);
     tma::load_3d(st + S::kQ, a.q8_rows, full, 0, t.h, tok);
     tma::load_3d(st + S::kDo, a.do8_rows, full, 0, t.h, tok);
-    if constexpr (kMixed) {
-      load_natural_rows<D>(st + S::kDot, a.do_b, full, t.h, tok);
-      load_natural_rows<D>(st + S::kQt, a.q_b, full, t.h, tok);
-    } else {
-      tma::load_2d(st + S::kDot, a.do_b, full, pos, t.h * D);
-      tma::load_2d(st + S::kQt, a.q_b, full, pos, t.h * D);
-    }
+    load_token_b_tile<D, kMixed>(st + S::kDot, a.do_b, full, t.h, tok, pos);
+    load_token_b_tile<D, kMixed>(st + S::kQt, a.q_b, full, t.h, tok, pos);
   };
   // Every thread: one of a step's 256 per-query values (thread t: value t % 64 of sq, sdo,
   // LSE, D for t / 64 = 0..3, as laid out from kSqT on, each in the lanes' column order), by
@@ -398,8 +393,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
     mbar::arrive_expect_tx(full, S::kTmaBytes);
     tma::load_3d(st + S::kK, a.k8_rows, full, 0, hk, tok);
     tma::load_3d(st + S::kV, a.v8_rows, full, 0, hk, tok);
-    if constexpr (kMixed) load_natural_rows<D>(st + S::kKt, a.k_b, full, hk, tok);
-    else tma::load_2d(st + S::kKt, a.k_b, full, pos, hk * D);
+    load_token_b_tile<D, kMixed>(st + S::kKt, a.k_b, full, hk, tok, pos);
   };
   // Warpgroup 0: a key tile's 128 key scales (thread t: value t % 64 of sk, sv for
   // t / 64 = 0, 1, as laid out from kSk on, each in the lanes' column order), by cp.async.
@@ -530,8 +524,8 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
   auto load_key_tile = [&](int s, int n) {
     const uint32_t st = base + S::stage(s), full = base + S::full(s);
     mbar::arrive_expect_tx(full, S::kTxBytes);
-    if constexpr (kMixed) load_natural_rows<D>(st + S::kKt, a.k_b, full, hk, int(dt.tok0) + n * kTileTokens);
-    else tma::load_2d(st + S::kKt, a.k_b, full, int(dt.pstart) + n * kTileTokens, hk * D);
+    load_token_b_tile<D, kMixed>(st + S::kKt, a.k_b, full, hk, int(dt.tok0) + n * kTileTokens,
+                                 int(dt.pstart) + n * kTileTokens);
     for (int w = 0; w < kDqWarpgroups; ++w) {
       const uint8_t* tile = run.tile(h, kDqWarpgroups * dt.tile + w, n);
       tma::load_bulk(st + S::kDs + w * S::kImageBytes, tile, S::kImageBytes, full, once);
