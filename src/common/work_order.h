@@ -39,5 +39,18 @@ inline int forward_kv_block(int64_t total_tokens, int hkv, int head_dim) {
   return best;
 }
 
+// The stored dS's launches (sm90/kernels/backward.cu): hkv kv heads in slabs of at most
+// `slab` (the workspace plan's, which holds one slab), as few slabs as that allows, the heads
+// dealt out evenly: sizes differ by at most one, larger first. A remainder slab of one head
+// would be a launch of about two waves (docs/PERFORMANCE.md v46, v62).
+struct Slabs {
+  int count, smaller, larger;  // slabs; heads in the smaller ones; how many hold one more
+  FLAMIA_HD int heads(int i) const { return smaller + (i < larger ? 1 : 0); }
+};
+FLAMIA_HD Slabs stored_ds_slabs(int hkv, int slab) {
+  const int count = (hkv + slab - 1) / slab;
+  return {count, hkv / count, hkv % count};
+}
+
 }  // namespace order
 }  // namespace flamia

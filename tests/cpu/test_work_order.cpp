@@ -1,8 +1,9 @@
 // The fast forward's work order (common/work_order.h): every item exactly once, blocks of kv
 // heads whose query heads stay together, slots costliest first inside a block, and the block
-// size rule.
+// size rule; the stored dS's slabs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "common/work_order.h"
@@ -57,6 +58,34 @@ TEST(WorkOrder, KvBlockFitsTheBudgetAndDividesHkv) {
       EXPECT_EQ(hkv % b, 0) << "hkv " << hkv << ", T " << t;
       if (b > 1) EXPECT_LE(2 * t * 128 * b, 24LL << 20) << "hkv " << hkv << ", T " << t;
     }
+}
+
+// The stored dS's slabs: every kv head in exactly one slab, consecutive, none larger than the
+// plan's slab (the workspace holds one), as few slabs as that allows, sizes within one.
+TEST(WorkOrder, StoredDsSlabsDealHeadsEvenly) {
+  for (int hkv = 1; hkv <= 64; ++hkv)
+    for (int slab = 1; slab <= hkv; ++slab) {
+      const order::Slabs s = order::stored_ds_slabs(hkv, slab);
+      ASSERT_EQ(s.count, (hkv + slab - 1) / slab) << hkv << " heads, slab " << slab;
+      int total = 0, lo = hkv, hi = 0;
+      for (int i = 0; i < s.count; ++i) {
+        const int h = s.heads(i);
+        ASSERT_GE(h, 1) << hkv << " heads, slab " << slab << ", slab " << i;
+        ASSERT_LE(h, slab) << hkv << " heads, slab " << slab << ", slab " << i;
+        if (i > 0) ASSERT_LE(h, s.heads(i - 1)) << "larger slabs first";
+        total += h;
+        lo = std::min(lo, h);
+        hi = std::max(hi, h);
+      }
+      EXPECT_EQ(total, hkv) << hkv << " heads, slab " << slab;
+      EXPECT_LE(hi - lo, 1) << hkv << " heads, slab " << slab;
+    }
+  // fixed-16k's plan: 16 kv heads, at most three a slab: 3 + 3 + 3 + 3 + 2 + 2, not 3 x 5 + 1.
+  const order::Slabs s = order::stored_ds_slabs(16, 3);
+  EXPECT_EQ(s.count, 6);
+  EXPECT_EQ(s.heads(0), 3);
+  EXPECT_EQ(s.heads(4), 2);
+  EXPECT_EQ(s.heads(5), 2);
 }
 
 }  // namespace

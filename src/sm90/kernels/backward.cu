@@ -62,6 +62,7 @@
 #include <cstring>
 
 #include "common/tiles.h"
+#include "common/work_order.h"
 #include "quantize/quantize.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/tma.cuh"
@@ -651,8 +652,7 @@ cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
 // The stored dS: the documents' bases, then per slab of at most `slab` kv heads the
 // dK/dV pass (writes the slab's dS) and the dQ GEMM (reads it); the next slab's dK/dV waits
 // for this slab's GEMM in stream order, so one buffer serves every slab. The heads are dealt
-// out evenly (sizes differ by at most one, larger first): a remainder slab of one head is a
-// launch of about two waves, the slow end of docs/PERFORMANCE.md v46.
+// out evenly (order::stored_ds_slabs).
 template <int D, bool kMixed>
 cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t* doc_base, cudaStream_t stream) {
   constexpr int kDkdvSmem = DkdvSmem<D, kMixed, false, true>::kAlloc, kDqSmem = DqStoredSmem<D, kMixed>::kAlloc;
@@ -663,10 +663,10 @@ cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   a.ds_doc_base = doc_base;
   const int group = a.hq / a.hkv;
-  const int slabs = (a.hkv + slab - 1) / slab, smaller = a.hkv / slabs, larger = a.hkv % slabs;
-  for (int i = 0, hk0 = 0; i < slabs; ++i, hk0 += a.ds_hkv) {
+  const order::Slabs slabs = order::stored_ds_slabs(a.hkv, slab);
+  for (int i = 0, hk0 = 0; i < slabs.count; ++i, hk0 += a.ds_hkv) {
     a.ds_hk0 = hk0;
-    a.ds_hkv = smaller + (i < larger ? 1 : 0);
+    a.ds_hkv = slabs.heads(i);
     dkdv_kernel<D, kMixed, false, true>
         <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
