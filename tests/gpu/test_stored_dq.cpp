@@ -101,6 +101,17 @@ TEST(StoredDqSlabs, OneKvHeadASlab) {
   }
 }
 
+// Seven kv heads under a 10 MiB budget (a head's run is 361 tiles here: 2.96 MB with
+// fp8_mixed's, 1.57 MB with fp8's): at most three a slab, dealt 3 + 2 + 2 (fp8: at most six,
+// 4 + 3), each launch at its own first head.
+TEST(StoredDqSlabs, UnevenHeadsDealtEvenly) {
+  for (const bool mixed : {true, false}) {
+    Case c = make(Param{1, true, 1, 128, mixed});
+    c.hkv = c.hq = 7;
+    expect_bitwise(c, 33, "10");
+  }
+}
+
 // The default (FLAMIA_BWD_DQ unset): fp8_mixed at D = 128 stores with a workspace sized by
 // flamia_backward_workspace_bytes_for, and recomputes with the plain size; both bitwise the
 // recomputing backward.
