@@ -40,6 +40,15 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap& map, ui
       : "memory");
 }
 
+__device__ __forceinline__ void load_4d(uint32_t dst, const CUtensorMap& map, uint32_t bar, int c0, int c1,
+                                        int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+      "l"(map_address(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
 // The L2 cache policy of a copy whose bytes are used once (PTX ISA "createpolicy"): a line
 // it brings into the L2 (or writes there) is the first one replaced, so that a stream of
 // gigabytes leaves the L2 to the tiles other CTAs reuse. The bulk copies below take it.

@@ -26,13 +26,12 @@ namespace bwd {
 
 constexpr int kNaturalRowsBarrier = warpgroup::kFirstNamedBarrier + 2;  // past the stored dS's two
 
-// Tokens [tok, tok + 64) of `head` into the natural tile at dst (D / 64 boxes), counted on bar.
+// Tokens [tok, tok + 64) of `head` into the natural tile at dst, counted on bar: one box of
+// {128 bytes, 64 tokens, 1 head, D / 64 blocks of d}, whose blocks land kNaturalBlockBytes apart.
 template <int D>
 __device__ __forceinline__ void load_natural_rows(uint32_t dst, const CUtensorMap& map, uint32_t bar, int head,
                                                   int tok) {
-#pragma unroll
-  for (int b = 0; b < D / 64; ++b)
-    tma::load_3d(dst + b * mma::kNaturalBlockBytes, map, bar, b * mma::kNaturalRowBytes, head, tok);
+  tma::load_4d(dst, map, bar, 0, tok, head, 0);
 }
 
 // The B tile of a product over tokens for tokens [tok, tok + 64) of `head`: fp8_mixed's

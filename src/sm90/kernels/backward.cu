@@ -693,16 +693,18 @@ cudaError_t encode_col_map(CUtensorMap* map, const uint8_t* codes, int64_t tpad,
   return encode_u8_map(map, codes, 2, dims, strides, box, kTileTokens);
 }
 // Natural BF16 rows of a caller's [T, H, D] tensor (strides in elements, rows 16-byte
-// aligned), mapped as bytes: box 128 bytes x 1 head x 64 tokens, 128-byte swizzle, x
-// coordinates in bytes (bwd_natural_rows.cuh).
+// aligned), mapped as bytes {128-byte block of d, token, head, block}: one box of 128 bytes x
+// 64 tokens x 1 head x D / 64 blocks is a whole tile, each block a 128-byte-swizzled
+// [64 tokens][128 bytes] (bwd_natural_rows.cuh).
 cudaError_t encode_natural_map(CUtensorMap* map, const void* x, int64_t total_tokens, int heads, int head_dim,
                                int64_t stride_t, int64_t stride_h) {
-  const uint64_t dims[3] = {2 * uint64_t(head_dim), uint64_t(heads), uint64_t(total_tokens)};
-  const uint64_t strides[2] = {2 * uint64_t(stride_h), 2 * uint64_t(stride_t)};
-  const uint32_t box[3] = {uint32_t(mma::kNaturalRowBytes), 1, uint32_t(kTileTokens)};
-  // 256-byte L2 fills: at D = 128 a token's head row is two boxes, whose halves a miss brings
+  const uint64_t dims[4] = {uint64_t(mma::kNaturalRowBytes), uint64_t(total_tokens), uint64_t(heads),
+                            uint64_t(head_dim / 64)};
+  const uint64_t strides[3] = {2 * uint64_t(stride_t), 2 * uint64_t(stride_h), uint64_t(mma::kNaturalRowBytes)};
+  const uint32_t box[4] = {uint32_t(mma::kNaturalRowBytes), uint32_t(kTileTokens), 1, uint32_t(head_dim / 64)};
+  // 256-byte L2 fills: at D = 128 a token's head row is two blocks, whose halves a miss brings
   // in together.
-  return encode_u8_map(map, x, 3, dims, strides, box, mma::kNaturalRowBytes, head_dim == 128 ? 256 : 128);
+  return encode_u8_map(map, x, 4, dims, strides, box, mma::kNaturalRowBytes, head_dim == 128 ? 256 : 128);
 }
 
 // The step of this thread's last backward that returned an error (backward_failed_step).
