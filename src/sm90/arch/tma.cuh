@@ -2,7 +2,7 @@
 // described by a CUtensorMap kernel parameter, lands in shared memory in the layout (and
 // swizzle) the map declares and signals an mbarrier with its byte count. Elements outside
 // the tensor are filled with zeros. PTX ISA "cp.async.bulk.tensor"; the maps are encoded on
-// the host (launch/tensor_maps.cpp). load_bulk copies a plain block the same way.
+// the host (launch/tensor_map.cu). load_bulk copies a plain block the same way.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // fp8_mixed's BF16 B operands (q for dK, dO for dV, k for dQ) are the caller's tensors in
-// their natural layout: a stage holds 64 token rows of one head as TMA lands them (one
-// 128-byte box of 64 values of d per 64-element block, 128-byte swizzle), and the products
+// their natural layout: a stage holds 64 token rows of one head as TMA lands them (one box
+// a tile, each 64-element block of d a 128-byte-swizzled [64 tokens][128 bytes]), and the products
 // read them MN-major (mma::desc_natural). Rows past the document are the next document's
 // tokens (or TMA's zeros past the tensor); they meet only masked pairs, exact zeros by
 // selection, so a finite row adds 0 to every product. A row that is not finite would add
