@@ -367,6 +367,7 @@ struct Record {
   Timing t;
   double fwd_flops = 0;
   size_t quant_bytes = 0;
+  size_t qkv8_bytes = 0, bwd_workspace_bytes = 0;  // what flamia asked for (the stored dS's slab included)
   bool finite = true;
 };
 
@@ -437,6 +438,7 @@ class Bench {
       // Bytes the quantizer moves at least once: BF16 q, k, v read, and the qkv8 buffer it
       // fills (every FP8 layout the kernels read, plus the per-token scales).
       r.quant_bytes = 2 * (q_elems + 2 * kv_elems) + qkv8_bytes;
+      r.qkv8_bytes = qkv8_bytes;
       // The call is told the exact size; the allocation may be larger (--qkv8-extra-mib).
       Buffer qkv8_alloc(qkv8_bytes + (size_t(o_.qkv8_extra_mib) << 20));
       struct {
@@ -456,6 +458,7 @@ class Bench {
       a.stream = stream_;
       // Sized for the call: FLAMIA_BWD_DQ=hbm's stored dS depends on max_seqlen and causal.
       Buffer ws(flamia_backward_workspace_bytes_for(&a));
+      r.bwd_workspace_bytes = ws.bytes;
       const flamia_tensor t_out = view3(out.p, FLAMIA_DTYPE_BF16, T, w.hq, w.head_dim, dev_);
       const flamia_tensor t_lse = view2(lse.p, FLAMIA_DTYPE_FP32, w.hq, T, dev_);
       const flamia_tensor t_dout = view3(dout.p, FLAMIA_DTYPE_BF16, T, w.hq, w.head_dim, dev_);
@@ -623,6 +626,7 @@ bool write_json(const std::string& path, const Options& o, const std::vector<Rec
       << ", \"step\": " << json_num(tflops(3.5 * F, r.t.step)) << "}";
     j << ", \"quant_bytes\": " << r.quant_bytes
       << ", \"quant_gbs\": " << json_num(double(r.quant_bytes) / (r.t.quant * 1e-3) / 1e9);
+    j << ", \"qkv8_bytes\": " << r.qkv8_bytes << ", \"bwd_workspace_bytes\": " << r.bwd_workspace_bytes;
     j << ", \"outputs_finite\": " << (r.finite ? "true" : "false") << "}";
   }
   j << "\n  ]\n}\n";
