@@ -28,6 +28,17 @@ FLAMIA_HD SlotHead forward_item(int w, int slots, int hq, int hkv, int kv_block)
   return {r / block_heads, h};
 }
 
+// The backward passes' CTA order (sm90/kernels/backward.cu): CTA x of a grid of slots * heads
+// (heads: the launch's query heads, kv_heads of them, or its kv heads with kv_heads = heads)
+// is item x of the forward's order with one kv head a block. The hardware starts CTAs about
+// in index order, so the CTAs in flight are then mostly one kv head's, which stream the same
+// rows of one (document, head) — dK/dV a query head's q and dO, dQ a kv head's k and v —
+// from the L2 instead of each its own from DRAM (with the slot fastest, a wave of fixed-4k's
+// dK/dV pass held 128 distinct (document, head) streams).
+FLAMIA_HD SlotHead backward_cta(int x, int slots, int heads, int kv_heads) {
+  return forward_item(x, slots, heads, kv_heads, 1);
+}
+
 // As many kv heads as keep a block's K and Vᵀ codes (2 T D bytes a kv head) within about half
 // the H200's 50 MB L2, at least one, a divisor of hkv.
 inline int forward_kv_block(int64_t total_tokens, int hkv, int head_dim) {

@@ -1,6 +1,6 @@
 // The fast forward's work order (common/work_order.h): every item exactly once, blocks of kv
 // heads whose query heads stay together, slots costliest first inside a block, and the block
-// size rule; the stored dS's slabs.
+// size rule; the backward's CTA order; the stored dS's slabs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +38,29 @@ TEST(WorkOrder, EveryItemOnceInBlocksOfKvHeads) {
       prev_slot = sh.slot;
     }
     for (int i = 0; i < items; ++i) EXPECT_EQ(seen[size_t(i)], 1) << "item " << i << " taken " << seen[size_t(i)] << " times";
+  }
+}
+
+// The backward's CTA order: every (slot, head) of the grid once, kv head by kv head, slots
+// costliest first inside one, a GQA group's query heads side by side; with heads = kv_heads
+// (dK/dV) the kv heads' slots one after another.
+TEST(WorkOrder, BackwardCtasKvHeadByKvHead) {
+  for (const Shape s : {Shape{264, 16, 16, 1}, Shape{264, 16, 1, 1}, Shape{1069, 32, 8, 1}, Shape{3, 6, 3, 1},
+                        Shape{1, 1, 1, 1}, Shape{5, 12, 4, 1}}) {
+    const int group = s.hq / s.hkv, ctas = s.slots * s.hq;
+    std::vector<int> seen(size_t(ctas), 0);
+    for (int x = 0; x < ctas; ++x) {
+      const order::SlotHead c = order::backward_cta(x, s.slots, s.hq, s.hkv);
+      ASSERT_GE(c.slot, 0);
+      ASSERT_LT(c.slot, s.slots);
+      ASSERT_GE(c.h, 0);
+      ASSERT_LT(c.h, s.hq);
+      ++seen[size_t(c.slot) * s.hq + c.h];
+      EXPECT_EQ(c.h / group, x / (s.slots * group)) << "one kv head's CTAs together, x = " << x;
+      EXPECT_EQ(c.slot, (x / group) % s.slots) << "slots in list order inside a kv head, x = " << x;
+      EXPECT_EQ(c.h % group, x % group) << "a slot's query heads side by side, x = " << x;
+    }
+    for (int i = 0; i < ctas; ++i) EXPECT_EQ(seen[size_t(i)], 1) << "CTA " << i << " taken " << seen[size_t(i)] << " times";
   }
 }
 
