@@ -9,7 +9,7 @@
 // operands it schedules.
 //
 // Kernels launch one CTA per (item slot, head), a GQA group's query heads side by side (K/V
-// reuse in L2); the backward's go kv head by kv head (common/work_order.h). Slots past the real item
+// reuse in L2); the backward's in blocks of kv heads (common/work_order.h). Slots past the real item
 // count (item_count) exit at once, and so does a CTA whose item has len == 0. After an
 // invalid cu_seqlens the count is 0 (quantize/guard.h): every kernel that walks the list
 // through item_count and doc_tile does no work, and a last kernel fills the outputs with NaN. The backward's dK/dV kernel reads item (b, t) of the 128-token list as key tile
