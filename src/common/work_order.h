@@ -28,6 +28,28 @@ FLAMIA_HD SlotHead forward_item(int w, int slots, int hq, int hkv, int kv_block)
   return {r / block_heads, h};
 }
 
+// The backward passes' CTA order (sm90/kernels/backward.cu): CTA x of a grid of slots * heads
+// (heads: the launch's query heads, kv_heads of them, or its kv heads with kv_heads = heads)
+// is item x of the forward's order in blocks of kv_block kv heads. The hardware starts CTAs
+// about in index order, so the CTAs in flight are mostly one block's, and those of one
+// (document, head) stream the same rows (dK/dV a query head's q and dO, dQ a kv head's k and
+// v) from the L2: with every head side by side, a wave of fixed-4k's dK/dV pass held 128
+// distinct streams and read 4.6 GB from DRAM (docs/PERFORMANCE.md v66).
+FLAMIA_HD SlotHead backward_cta(int x, int slots, int heads, int kv_heads, int kv_block) {
+  return forward_item(x, slots, heads, kv_heads, kv_block);
+}
+
+// The block for a launch over all kv heads: two where they divide evenly, else the smallest
+// divisor. One kv head a block shares the most but starts the last head's costliest CTAs
+// late (a list-scheduling model of the packs: up to 3 % longer, as measured at pack-32k and
+// llama1b-pack in v66); two keep the launch within 1 % of an even split and still share each
+// stream about 8 ways at fixed-4k.
+inline int backward_kv_block(int hkv) {
+  for (int b = 2; b < hkv; ++b)
+    if (hkv % b == 0) return b;
+  return hkv;
+}
+
 // As many kv heads as keep a block's K and Vᵀ codes (2 T D bytes a kv head) within about half
 // the H200's 50 MB L2, at least one, a divisor of hkv.
 inline int forward_kv_block(int64_t total_tokens, int hkv, int head_dim) {

@@ -8,8 +8,8 @@
 // the quantizer's launch (quantize/work_list.cuh) and stored in the qkv8 buffer next to the
 // operands it schedules.
 //
-// Kernels launch one CTA per (item slot, head) with the head index fastest, so that the
-// query heads sharing a kv head run side by side (K/V reuse in L2); slots past the real item
+// Kernels launch one CTA per (item slot, head), a GQA group's query heads side by side (K/V
+// reuse in L2); the backward's in blocks of kv heads (common/work_order.h). Slots past the real item
 // count (item_count) exit at once, and so does a CTA whose item has len == 0. After an
 // invalid cu_seqlens the count is 0 (quantize/guard.h): every kernel that walks the list
 // through item_count and doc_tile does no work, and a last kernel fills the outputs with NaN. The backward's dK/dV kernel reads item (b, t) of the 128-token list as key tile

@@ -1,6 +1,6 @@
 // The fast forward's work order (common/work_order.h): every item exactly once, blocks of kv
 // heads whose query heads stay together, slots costliest first inside a block, and the block
-// size rule; the stored dS's slabs.
+// size rule; the backward's CTA order; the stored dS's slabs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +38,41 @@ TEST(WorkOrder, EveryItemOnceInBlocksOfKvHeads) {
       prev_slot = sh.slot;
     }
     for (int i = 0; i < items; ++i) EXPECT_EQ(seen[size_t(i)], 1) << "item " << i << " taken " << seen[size_t(i)] << " times";
+  }
+}
+
+// The backward's CTA order: every (slot, head) of the grid once, block of kv heads by block,
+// slots in list order (costliest first) inside a block, each slot's query heads of the block
+// side by side; and the block size rule.
+TEST(WorkOrder, BackwardCtasInBlocksOfKvHeads) {
+  for (const Shape s : {Shape{264, 16, 16, 2}, Shape{264, 16, 1, 1}, Shape{1069, 32, 8, 2}, Shape{3, 6, 3, 3},
+                        Shape{1, 1, 1, 1}, Shape{5, 12, 4, 2}, Shape{7, 16, 16, 16}}) {
+    const int group = s.hq / s.hkv, block_heads = s.kv_block * group, ctas = s.slots * s.hq;
+    std::vector<int> seen(size_t(ctas), 0);
+    for (int x = 0; x < ctas; ++x) {
+      const order::SlotHead c = order::backward_cta(x, s.slots, s.hq, s.hkv, s.kv_block);
+      ASSERT_GE(c.slot, 0);
+      ASSERT_LT(c.slot, s.slots);
+      ASSERT_GE(c.h, 0);
+      ASSERT_LT(c.h, s.hq);
+      ++seen[size_t(c.slot) * s.hq + c.h];
+      EXPECT_EQ(c.h / block_heads, x / (s.slots * block_heads)) << "one block's CTAs together, x = " << x;
+      EXPECT_EQ(c.slot, (x / block_heads) % s.slots) << "slots in list order inside a block, x = " << x;
+      EXPECT_EQ(c.h % block_heads, x % block_heads) << "a slot's heads of the block side by side, x = " << x;
+    }
+    for (int i = 0; i < ctas; ++i) EXPECT_EQ(seen[size_t(i)], 1) << "CTA " << i << " taken " << seen[size_t(i)] << " times";
+  }
+  // A block of all the kv heads is the order with the head fastest.
+  for (int x = 0; x < 7 * 16; ++x) {
+    const order::SlotHead c = order::backward_cta(x, 7, 16, 16, 16);
+    EXPECT_EQ(c.slot, x / 16);
+    EXPECT_EQ(c.h, x % 16);
+  }
+  for (int hkv = 1; hkv <= 64; ++hkv) {
+    const int b = order::backward_kv_block(hkv);
+    EXPECT_EQ(hkv % b, 0) << hkv;
+    if (hkv % 2 == 0) EXPECT_EQ(b, 2) << hkv;
+    for (int d = 2; d < b; ++d) EXPECT_NE(hkv % d, 0) << hkv << ": " << d << " is a smaller divisor";
   }
 }
 

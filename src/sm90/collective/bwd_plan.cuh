@@ -55,6 +55,7 @@ struct BwdArgs {
   uint16_t* dv;         // bf16 [T, Hkv, D]
   int64_t total_tokens;
   int hq, hkv;
+  int kv_block;         // kv heads a block of the CTA order over all kv heads (order::backward_kv_block)
   bool causal;
   float c;              // softmax_scale * log2(e)
   float softmax_scale;

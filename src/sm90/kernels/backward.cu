@@ -144,9 +144,13 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   static_assert(!(kStoreDs && kFused), "the stored dS and the fused dQ are alternatives");
   using S = DkdvSmem<D, kMixed, kFused, kStoreDs>;
   extern __shared__ uint8_t smem_raw[];
-  // One CTA per (work-list slot, kv head); the stored dS's launches cover a slab of kv heads.
+  // One CTA per (work-list slot, kv head), in blocks of kv heads (order::backward_cta); the
+  // stored dS's launches cover a slab of kv heads, side by side (a slab's one block: the
+  // slabs are small already, and blocks inside them started the costliest CTAs late, v66).
   const int heads = kStoreDs ? a.ds_hkv : a.hkv;
-  const int slot = blockIdx.x / heads, hk = (kStoreDs ? a.ds_hk0 : 0) + int(blockIdx.x % heads);
+  const order::SlotHead cta =
+      order::backward_cta(int(blockIdx.x), a.work.capacity, heads, heads, kStoreDs ? heads : a.kv_block);
+  const int slot = cta.slot, hk = (kStoreDs ? a.ds_hk0 : 0) + cta.h;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
   const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
@@ -344,7 +348,8 @@ template <int D, bool kMixed>
 __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const __grid_constant__ BwdArgs a) {
   using S = DqSmem<D, kMixed>;
   extern __shared__ uint8_t smem_raw[];
-  const int slot = blockIdx.x / a.hq, h = blockIdx.x % a.hq;
+  const order::SlotHead cta = order::backward_cta(int(blockIdx.x), a.work.capacity, a.hq, a.hkv, a.kv_block);
+  const int slot = cta.slot, h = cta.h;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
   const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
@@ -491,7 +496,8 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
   extern __shared__ uint8_t smem_raw[];
   // One CTA per (work-list slot, query head of the launch's slab).
   const int group = a.hq / a.hkv, heads = a.ds_hkv * group;
-  const int slot = blockIdx.x / heads, h = a.ds_hk0 * group + int(blockIdx.x % heads);
+  const order::SlotHead cta = order::backward_cta(int(blockIdx.x), a.work.capacity, heads, a.ds_hkv, a.ds_hkv);
+  const int slot = cta.slot, h = a.ds_hk0 * group + cta.h;
   if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
   const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
   // Keys-only rows (before q_start, a multiple of the tile) get no dQ, as in dq_kernel.
@@ -625,7 +631,7 @@ cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
   cudaError_t attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false>), kDkdvSmem);
   if (attr == cudaSuccess) attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_kernel<D, kMixed>), kDqSmem);
   if (attr != cudaSuccess) return attr;
-  // One CTA per (work-list slot, head), the head fastest (schedule.cuh).
+  // One CTA per (work-list slot, head), in blocks of kv heads (order::backward_cta).
   dkdv_kernel<D, kMixed, false><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
@@ -807,6 +813,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.total_tokens = p.total_tokens;
   a.hq = p.hq;
   a.hkv = p.hkv;
+  a.kv_block = order::backward_kv_block(p.hkv);
   a.causal = p.causal;
   a.c = p.softmax_scale * kLog2e;
   a.softmax_scale = p.softmax_scale;
