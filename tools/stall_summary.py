@@ -33,6 +33,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--by-count", action="store_true", help="samples by executions per warp")
     args = ap.parse_args()
     with open(args.csv, newline="") as f:
         rows = [r for r in csv.reader(f)]
@@ -70,6 +71,16 @@ def main():
         sums = [(header[i], sum(number(r[i]) for r in body)) for i in reasons]
         for name, s in sorted(sums, key=lambda t: -t[1])[:14]:
             print(f"  {name:50s} {s:12.0f}")
+    if args.by_count and executed is not None:
+        warps = next((number(r[executed]) for r in body if number(r[executed]) > 0), 0.0) or 1.0
+        buckets = [(0.0, 1.01, "once a warp or less"), (1.01, 4.0, "1-4 a warp"), (4.0, 16.0, "4-16"),
+                   (16.0, 64.0, "16-64"), (64.0, float("inf"), "64 or more")]
+        print(f"\nsamples by executions per warp ({warps:.0f} warps ran the first instruction):")
+        for lo, hi, name in buckets:
+            sel = [r for r in body if lo < number(r[executed]) / warps <= hi or (lo == 0.0 and number(r[executed]) == 0)]
+            sm = sum(number(r[samples]) for r in sel)
+            ex = sum(number(r[executed]) for r in sel)
+            print(f"  {name:22s} {100 * sm / total:6.2f} % of samples  {ex / warps:10.1f} instructions a warp  static {len(sel)}")
     print(f"\ntop {args.top} instructions by samples (with the reasons above 10 % of the row):")
     order = sorted(range(len(body)), key=lambda i: -number(body[i][samples]))[: args.top]
     for i in sorted(order):
