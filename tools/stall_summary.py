@@ -81,6 +81,27 @@ def main():
             sm = sum(number(r[samples]) for r in sel)
             ex = sum(number(r[executed]) for r in sel)
             print(f"  {name:22s} {100 * sm / total:6.2f} % of samples  {ex / warps:10.1f} instructions a warp  static {len(sel)}")
+        # Where those run: the loop spans the rows run at least a quarter as often as the
+        # hottest; before it the prologue, inside it the rarer paths and (placed there by
+        # ptxas) the epilogue.
+        hot = max(number(r[executed]) for r in body)
+        loop = [i for i, r in enumerate(body) if number(r[executed]) >= 0.25 * hot]
+        lo, hi = min(loop), max(loop)
+        hot_rate = 0.25 * hot / warps
+        parts = [("before the loop", body[:lo], 0.0, float("inf")), ("after the loop", body[hi + 1:], 0.0, float("inf")),
+                 ("loop span, once a warp", body[lo:hi + 1], 0.0, 1.01), ("loop span, 1-4 a warp", body[lo:hi + 1], 1.01, 4.0),
+                 ("loop span, rarer", body[lo:hi + 1], 4.0, hot_rate), ("loop span, hot", body[lo:hi + 1], hot_rate, float("inf"))]
+        print("samples by place (the top stall reasons of each, share of all samples):")
+        for name, rs, a, b in parts:
+            sel = [r for r in rs if a < number(r[executed]) / warps <= b or (a == 0.0 and number(r[executed]) == 0)]
+            sm = sum(number(r[samples]) for r in sel)
+            why = defaultdict(float)
+            for r in sel:
+                for j in reasons:
+                    if "not issued" not in header[j].lower():
+                        why[header[j].replace("stall_", "")] += number(r[j])
+            top = ", ".join(f"{k[:20]} {100 * v / total:.2f} %" for k, v in sorted(why.items(), key=lambda t: -t[1])[:4] if v > 0)
+            print(f"  {name:24s} {100 * sm / total:6.2f} %  {top}")
     print(f"\ntop {args.top} instructions by samples (with the reasons above 10 % of the row):")
     order = sorted(range(len(body)), key=lambda i: -number(body[i][samples]))[: args.top]
     for i in sorted(order):
