@@ -49,6 +49,17 @@ __device__ __forceinline__ void load_4d(uint32_t dst, const CUtensorMap& map, ui
       : "memory");
 }
 
+// The box at coordinates {c0, c1, c2, c3} of map from shared memory at src (the layout a
+// load of that box lands), in the issuing thread's bulk groups (commit_bulk, wait_bulk_read
+// below); parts of the box outside the tensor are not written. PTX ISA
+// "cp.async.bulk.tensor".
+__device__ __forceinline__ void store_4d(uint32_t src, const CUtensorMap& map, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   map_address(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
 // The L2 cache policy of a copy whose bytes are used once (PTX ISA "createpolicy"): a line
 // it brings into the L2 (or writes there) is the first one replaced, so that a stream of
 // gigabytes leaves the L2 to the tiles other CTAs reuse. The bulk copies below take it.

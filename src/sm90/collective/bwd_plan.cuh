@@ -53,6 +53,10 @@ struct BwdArgs {
   float* dq_acc;        // fp32 [T, Hq, D], zeroed: the fused dQ's sums (workspace), else null
   uint16_t* dk;         // bf16 [T, Hkv, D]
   uint16_t* dv;         // bf16 [T, Hkv, D]
+  // dk and dv as natural maps (the box a 64-row tile) for the dK/dV pass's TMA stores, when
+  // both are 16-byte aligned (rows_by_tma); else each row by its threads' stores.
+  CUtensorMap dk_rows, dv_rows;
+  bool rows_by_tma;
   int64_t total_tokens;
   int hq, hkv;
   int kv_block;         // kv heads a block of the CTA order over all kv heads (order::backward_kv_block)
@@ -112,6 +116,11 @@ struct DkdvSmem {
   static constexpr int kSv = kSk + kScalarTileBytes;
   static constexpr int kKeyBytes = kSv + kScalarTileBytes;
   static constexpr int keys(int w) { return w * kKeyBytes; }
+  // After its last step a warpgroup's keys are dead: its dK and then its dV rows go out
+  // through the swizzle-aligned part of them (store_rows_tma), a bf16 tile of 64 rows.
+  static constexpr int rows_out(int w) { return align_up(keys(w), kSwizzleAlign); }
+  static_assert(rows_out(kDkdvWarpgroups - 1) + kTileTokens * D * 2 <= keys(kDkdvWarpgroups - 1) + kKeyBytes,
+                "a warpgroup's dK or dV tile fits in its keys");
   // The fused dQ only. The CTA's k in BF16 (B of dQ = dS K): chunk w holds warpgroup w's 64
   // keys, natural rows (bwd_natural_rows.cuh). Two dS
   // buffers (A of dQ), alternating by step: chunk w of a buffer is warpgroup w's dS,

@@ -334,10 +334,20 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   if constexpr (kStoreDs && !kMixed) {
     if (pending_tile != nullptr) store_fp8_ds_rows(pending_chunk, pending_tile, S::kStagingRowFloats);
   }
-  // Every key row of the document is written, also those no query sees (zeros).
-  const int64_t out_off = dt.tok0 * kv_row + hk * D;
-  store_rows_bf16<D>(a.dk + out_off, kv_row, dk, a.softmax_scale, kw0 + 16 * (warp_id() & 3), dt.len);
-  store_rows_bf16<D>(a.dv + out_off, kv_row, dv, 1.0f, kw0 + 16 * (warp_id() & 3), dt.len);
+  // Every key row of the document is written, also those no query sees (zeros): a tile
+  // inside the document by TMA, through the warpgroup's dead keys; the document's last,
+  // partial one row by row (a box would write the next document's rows).
+  if (a.rows_by_tma && valid_k == kTileTokens) {
+    const uint32_t tile = base + S::rows_out(wg);
+    const int tok = int(dt.tok0) + kw0;
+    store_rows_tma<D>(tile, a.dk_rows, hk, tok, dk, a.softmax_scale, kEpilogueBarrier + wg);
+    store_rows_tma<D>(tile, a.dv_rows, hk, tok, dv, 1.0f, kEpilogueBarrier + wg);
+    if (tile_tid() == 0) tma::wait_bulk_read<0>();  // the tile is read before the CTA's memory goes
+  } else {
+    const int64_t out_off = dt.tok0 * kv_row + hk * D;
+    store_rows_bf16<D>(a.dk + out_off, kv_row, dk, a.softmax_scale, kw0 + 16 * (warp_id() & 3), dt.len);
+    store_rows_bf16<D>(a.dv + out_off, kv_row, dv, 1.0f, kw0 + 16 * (warp_id() & 3), dt.len);
+  }
 }
 
 // =====================================================================================
@@ -810,6 +820,14 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   }
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
+  const int64_t kv_row = int64_t(p.hkv) * p.head_dim;
+  a.rows_by_tma = quant::rows_16b_aligned(dk, kv_row, p.head_dim) && quant::rows_16b_aligned(dv, kv_row, p.head_dim);
+  if (a.rows_by_tma) {
+    if ((err = encode_natural_map(&a.dk_rows, dk, T, p.hkv, p.head_dim, kv_row, p.head_dim)) != cudaSuccess)
+      return failed("tensor map dk", err);
+    if ((err = encode_natural_map(&a.dv_rows, dv, T, p.hkv, p.head_dim, kv_row, p.head_dim)) != cudaSuccess)
+      return failed("tensor map dv", err);
+  }
   a.total_tokens = p.total_tokens;
   a.hq = p.hq;
   a.hkv = p.hkv;
