@@ -1224,11 +1224,31 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--cudnn-fp8-ragged", action="store_true",
                    help="also run cudnn_fp8 on the long-tailed packs as ragged THD (off by default: with cuDNN "
                         "9.19 on sm_90 it is unsupported or faults; use a process of its own)")
+    p.add_argument("--charts-from", default=None, metavar="BENCH_JSON",
+                   help="only draw the charts of an earlier run's bench.json into --out (no GPU needed)")
     return p.parse_args(argv)
+
+
+def records_from_json(path: str) -> List[Record]:
+    """The records of a bench.json, as the run that wrote it held them."""
+    with open(path) as f:
+        doc = json.load(f)
+    names = set(Record.__dataclass_fields__)
+    recs = []
+    for d in doc["records"]:
+        rec = Record(**{k: v for k, v in d.items() if k in names and k != "extra"})
+        rec.extra = {k: v for k, v in d.items() if k not in names}
+        recs.append(rec)
+    return recs
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     a = parse_args(argv)
+    if a.charts_from:
+        os.makedirs(a.out, exist_ok=True)
+        for path in draw_charts(records_from_json(a.charts_from), a.out):
+            log(f"wrote {path}")
+        return 0
     iters = a.iters if a.iters is not None else (5 if a.quick else 20)
     warmup = a.warmup if a.warmup is not None else (2 if a.quick else 3)
     if a.workloads:
