@@ -53,9 +53,9 @@ struct BwdArgs {
   float* dq_acc;        // fp32 [T, Hq, D], zeroed: the fused dQ's sums (workspace), else null
   uint16_t* dk;         // bf16 [T, Hkv, D]
   uint16_t* dv;         // bf16 [T, Hkv, D]
-  // dk and dv as natural maps (the box a 64-row tile) for the dK/dV pass's TMA stores, when
-  // both are 16-byte aligned (rows_by_tma); else each row by its threads' stores.
-  CUtensorMap dk_rows, dv_rows;
+  // dk, dv and dq as natural maps (the box a 64-row tile) for the dK/dV and dQ passes' TMA
+  // stores, when all are 16-byte aligned (rows_by_tma); else each row by its threads' stores.
+  CUtensorMap dk_rows, dv_rows, dq_rows;
   bool rows_by_tma;
   int64_t total_tokens;
   int hq, hkv;
@@ -180,6 +180,10 @@ struct DqSmem {
   static constexpr int kDvec = kLse + kScalarTileBytes;
   static constexpr int kQueryBytes = kDvec + kScalarTileBytes;
   static constexpr int queries(int w) { return w * kQueryBytes; }
+  // After its last step a warpgroup's Q and dO are dead: its dQ rows leave through them
+  // (store_rows_tma), a bf16 tile of 64 rows at a swizzle-aligned address.
+  static_assert(kQueryBytes % kSwizzleAlign == 0 && kDo + ScoreTile<D>::kBytes == kTileTokens * D * 2,
+                "a warpgroup's dQ tile is its Q and dO");
   static constexpr int kStage0 = align_up(kDqWarpgroups * kQueryBytes, kSwizzleAlign);
   // One stage: a key tile, read by both warpgroups. The TMA tiles first (kTmaBytes,
   // swizzle-aligned), then the key scales sk, sv (cp.async).

@@ -496,7 +496,16 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   // wait it injects one of its own (C7517) before the accumulator registers are reused.
   if constexpr (kOverlap) wgmma::wait<0>();
 
-  store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
+  // As the dK/dV pass's rows: a tile inside the document by TMA, through the warpgroup's own
+  // Q and dO (dead after its last step, and exactly a bf16 tile of 64 rows), else row by row.
+  if (a.rows_by_tma && valid_q == kTileTokens) {
+    store_rows_tma<D>(base + S::queries(wg), a.dq_rows, h, int(dt.tok0) + m0, dq, a.softmax_scale,
+                      kEpilogueBarrier + wg);
+    if (tile_tid() == 0) tma::wait_bulk_read<0>();
+  } else {
+    store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3),
+                       dt.len);
+  }
 }
 
 // The dQ GEMM of the stored dS (DqStoredSmem, collective/bwd_plan.cuh, says how it works).
@@ -821,8 +830,12 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
   const int64_t kv_row = int64_t(p.hkv) * p.head_dim;
-  a.rows_by_tma = quant::rows_16b_aligned(dk, kv_row, p.head_dim) && quant::rows_16b_aligned(dv, kv_row, p.head_dim);
+  const int64_t q_row = int64_t(p.hq) * p.head_dim;
+  a.rows_by_tma = quant::rows_16b_aligned(dk, kv_row, p.head_dim) && quant::rows_16b_aligned(dv, kv_row, p.head_dim) &&
+                  quant::rows_16b_aligned(dq, q_row, p.head_dim);
   if (a.rows_by_tma) {
+    if ((err = encode_natural_map(&a.dq_rows, dq, T, p.hq, p.head_dim, q_row, p.head_dim)) != cudaSuccess)
+      return failed("tensor map dq", err);
     if ((err = encode_natural_map(&a.dk_rows, dk, T, p.hkv, p.head_dim, kv_row, p.head_dim)) != cudaSuccess)
       return failed("tensor map dk", err);
     if ((err = encode_natural_map(&a.dv_rows, dv, T, p.hkv, p.head_dim, kv_row, p.head_dim)) != cudaSuccess)
