@@ -106,3 +106,22 @@ def test_bench_cudnn_fp8_skips_ragged_packs_unless_asked():
     fp8 = dict(baseline_factories())["cudnn_fp8"]
     with pytest.raises(NotImplementedError, match="--cudnn-fp8-ragged"):
         fp8(Inp())
+
+
+def test_bench_records_round_trip_through_json(tmp_path):
+    # --charts-from redraws a run's charts from its bench.json: the records must come back as
+    # the run held them, extras (checks, speedups) included.
+    import json
+
+    from flamia.bench import Record, records_from_json
+
+    rec = Record(workload="fixed-4k", impl="flamia", recipe="fp8_mixed", fwd_ms=1.15, step_ms=3.88,
+                 errors={"o": 0.048}, notes=["n"])
+    rec.extra = {"step_speedup_vs_best_baseline": 0.97, "checks": {"causal_bitwise": True}}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"records": [rec.to_json()]}))
+    (back,) = records_from_json(str(path))
+    assert back.workload == "fixed-4k" and back.recipe == "fp8_mixed" and back.step_ms == 3.88
+    assert back.errors == {"o": 0.048} and back.notes == ["n"]
+    assert back.extra == rec.extra
+    assert back.to_json() == rec.to_json()
