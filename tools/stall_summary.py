@@ -75,9 +75,14 @@ def main():
         warps = next((number(r[executed]) for r in body if number(r[executed]) > 0), 0.0) or 1.0
         buckets = [(0.0, 1.01, "once a warp or less"), (1.01, 4.0, "1-4 a warp"), (4.0, 16.0, "4-16"),
                    (16.0, 64.0, "16-64"), (64.0, float("inf"), "64 or more")]
+
+        def runs_between(r, lo, hi):  # executions a warp in (lo, hi]; never-run rows count in the first
+            rate = number(r[executed]) / warps
+            return lo < rate <= hi or (lo == 0.0 and rate == 0.0)
+
         print(f"\nsamples by executions per warp ({warps:.0f} warps ran the first instruction):")
         for lo, hi, name in buckets:
-            sel = [r for r in body if lo < number(r[executed]) / warps <= hi or (lo == 0.0 and number(r[executed]) == 0)]
+            sel = [r for r in body if runs_between(r, lo, hi)]
             sm = sum(number(r[samples]) for r in sel)
             ex = sum(number(r[executed]) for r in sel)
             print(f"  {name:22s} {100 * sm / total:6.2f} % of samples  {ex / warps:10.1f} instructions a warp  static {len(sel)}")
@@ -93,7 +98,7 @@ def main():
                  ("loop span, rarer", body[lo:hi + 1], 4.0, hot_rate), ("loop span, hot", body[lo:hi + 1], hot_rate, float("inf"))]
         print("samples by place (the top stall reasons of each, share of all samples):")
         for name, rs, a, b in parts:
-            sel = [r for r in rs if a < number(r[executed]) / warps <= b or (a == 0.0 and number(r[executed]) == 0)]
+            sel = [r for r in rs if runs_between(r, a, b)]
             sm = sum(number(r[samples]) for r in sel)
             why = defaultdict(float)
             for r in sel:

@@ -15,6 +15,19 @@ struct Shape {
   int slots, hq, hkv, kv_block;
 };
 
+// Checks that (slot, head) lies in the grid of s and counts it in seen ([slot][head]).
+void take(const order::SlotHead& c, const Shape& s, std::vector<int>& seen) {
+  ASSERT_GE(c.slot, 0);
+  ASSERT_LT(c.slot, s.slots);
+  ASSERT_GE(c.h, 0);
+  ASSERT_LT(c.h, s.hq);
+  ++seen[size_t(c.slot) * s.hq + c.h];
+}
+
+void expect_each_once(const std::vector<int>& seen) {
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << "(slot, head) " << i << " taken " << seen[i] << " times";
+}
+
 TEST(WorkOrder, EveryItemOnceInBlocksOfKvHeads) {
   for (const Shape s : {Shape{256, 16, 16, 2}, Shape{256, 16, 16, 16}, Shape{7, 32, 8, 1}, Shape{45, 32, 8, 2},
                         Shape{1, 4, 1, 1}, Shape{13, 12, 4, 4}, Shape{5, 6, 2, 1}}) {
@@ -23,11 +36,7 @@ TEST(WorkOrder, EveryItemOnceInBlocksOfKvHeads) {
     int prev_block = -1, prev_slot = -1;
     for (int w = 0; w < items; ++w) {
       const order::SlotHead sh = order::forward_item(w, s.slots, s.hq, s.hkv, s.kv_block);
-      ASSERT_GE(sh.slot, 0);
-      ASSERT_LT(sh.slot, s.slots);
-      ASSERT_GE(sh.h, 0);
-      ASSERT_LT(sh.h, s.hq);
-      ++seen[size_t(sh.slot) * s.hq + sh.h];
+      ASSERT_NO_FATAL_FAILURE(take(sh, s, seen)) << "w = " << w;
       // The block is the query head's kv heads' block: a GQA group never spans two blocks.
       const int block = (sh.h / group) / s.kv_block;
       EXPECT_GE(block, prev_block) << "blocks run one after another, w = " << w;
@@ -37,7 +46,7 @@ TEST(WorkOrder, EveryItemOnceInBlocksOfKvHeads) {
       prev_block = block;
       prev_slot = sh.slot;
     }
-    for (int i = 0; i < items; ++i) EXPECT_EQ(seen[size_t(i)], 1) << "item " << i << " taken " << seen[size_t(i)] << " times";
+    expect_each_once(seen);
   }
 }
 
@@ -51,16 +60,12 @@ TEST(WorkOrder, BackwardCtasInBlocksOfKvHeads) {
     std::vector<int> seen(size_t(ctas), 0);
     for (int x = 0; x < ctas; ++x) {
       const order::SlotHead c = order::backward_cta(x, s.slots, s.hq, s.hkv, s.kv_block);
-      ASSERT_GE(c.slot, 0);
-      ASSERT_LT(c.slot, s.slots);
-      ASSERT_GE(c.h, 0);
-      ASSERT_LT(c.h, s.hq);
-      ++seen[size_t(c.slot) * s.hq + c.h];
+      ASSERT_NO_FATAL_FAILURE(take(c, s, seen)) << "x = " << x;
       EXPECT_EQ(c.h / block_heads, x / (s.slots * block_heads)) << "one block's CTAs together, x = " << x;
       EXPECT_EQ(c.slot, (x / block_heads) % s.slots) << "slots in list order inside a block, x = " << x;
       EXPECT_EQ(c.h % block_heads, x % block_heads) << "a slot's heads of the block side by side, x = " << x;
     }
-    for (int i = 0; i < ctas; ++i) EXPECT_EQ(seen[size_t(i)], 1) << "CTA " << i << " taken " << seen[size_t(i)] << " times";
+    expect_each_once(seen);
   }
   // A block of all the kv heads is the order with the head fastest.
   for (int x = 0; x < 7 * 16; ++x) {
