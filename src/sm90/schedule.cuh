@@ -52,8 +52,10 @@ struct DocTile {
 // 0 <= b < B, 0 <= tok0 <= tok0 + len <= T, 0 <= tile < max(num_tiles, 1); the transposed
 // range [pstart, pstart + roundup16(len)) then lies inside Tpad (layout.cuh). A valid list
 // on a validated cu_seqlens is unchanged by the clamps.
-__device__ __forceinline__ DocTile doc_tile(const int32_t* cu_seqlens, const WorkList& w, int slot) {
-  const int2 item = w.items[min(max(slot, 0), w.capacity - 1)];
+__device__ __forceinline__ int2 load_item(const WorkList& w, int slot) {
+  return w.items[min(max(slot, 0), w.capacity - 1)];
+}
+__device__ __forceinline__ DocTile doc_tile(const int32_t* cu_seqlens, const WorkList& w, int2 item) {
   const int b = min(max(item.x, 0), w.num_docs - 1);
   DocTile d;
   d.doc = b;
@@ -65,12 +67,37 @@ __device__ __forceinline__ DocTile doc_tile(const int32_t* cu_seqlens, const Wor
   d.tile = min(max(item.y, 0), max(d.num_tiles - 1, 0));
   return d;
 }
+__device__ __forceinline__ DocTile doc_tile(const int32_t* cu_seqlens, const WorkList& w, int slot) {
+  return doc_tile(cu_seqlens, w, load_item(w, slot));
+}
 
 // The document's first query position (flamia.h, q_start): 0 without q_start. Clamped to
 // [0, len] so that not even an invalid value (which the guard reports, and whose call's
 // outputs are then overwritten with NaN) makes a kernel address rows outside the document.
 __device__ __forceinline__ int first_query(const int32_t* q_start, const DocTile& dt) {
   return q_start ? min(max(q_start[dt.doc], 0), dt.len) : 0;
+}
+
+// A CTA's entry: the list's count and the call's fault word (0: none) together, then its
+// item, then cu_seqlens and q_start together: three round trips to the L2 before the CTA's
+// tiles load, where one load after another took five (docs/PERFORMANCE.md v69; ptxas puts
+// the item's load after the test of the first two, even as volatile asm). ok false: the CTA
+// has nothing to do (a slot past the count, a fault, an empty item).
+struct CtaItem {
+  DocTile dt;
+  int first_query;  // first_query(q_start, dt)
+  bool ok;          // false: the CTA has nothing to do
+};
+__device__ __forceinline__ CtaItem enter_cta(const WorkList& w, int slot, const int32_t* fault,
+                                             const int32_t* cu_seqlens, const int32_t* q_start) {
+  CtaItem out{};
+  const int count = *w.count, fault_code = *fault;
+  if (slot >= min(max(count, 0), w.capacity) || fault_code != 0) return out;
+  out.dt = doc_tile(cu_seqlens, w, load_item(w, slot));
+  const int q0 = q_start ? q_start[out.dt.doc] : 0;
+  out.first_query = min(max(q0, 0), out.dt.len);
+  out.ok = out.dt.len != 0;
+  return out;
 }
 
 inline WorkList work_list(const uint8_t* qkv8, const quant::Qkv8Layout& layout,

@@ -138,6 +138,8 @@ __global__ void __launch_bounds__(1024) ds_doc_bases(const int32_t* __restrict__
   }
 }
 
+static_assert(guard::kNone == 0, "enter_cta reads a fault word of 0 as none");
+
 template <int D, bool kMixed, bool kFused, bool kStoreDs = false>
 __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_constant__ BwdArgs a) {
   static_assert(!kFused || (kMixed && D == 128), "the fused dQ is fp8_mixed's, at D = 128");
@@ -152,9 +154,9 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
       order::backward_cta(int(blockIdx.x), a.work.capacity, heads, heads, kStoreDs ? heads : a.kv_block);
   const int slot = cta.slot, hk = (kStoreDs ? a.ds_hk0 : 0) + cta.h;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
-  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);
-  if (dt.len == 0) return;
+  const CtaItem entry = enter_cta(a.work, slot, &a.status->fault, a.cu_seqlens, a.q_start);
+  if (!entry.ok) return;
+  const DocTile dt = entry.dt;
   // Item t of a document is its 128-key tile nt - 1 - t when causal (cost order, schedule.cuh).
   const int n = a.causal ? dt.num_tiles - 1 - dt.tile : dt.tile;
   const int wg = warpgroup::index();
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   // Query tiles from the first that sees the CTA's first keys (causal) and is no tile of
   // keys-only rows (q_start, a multiple of the tile); a warpgroup skips the tiles that see
   // none of its own keys.
-  const int m_first = max(a.causal ? kDkdvWarpgroups * n : 0, first_query(a.q_start, dt) / kTileTokens);
+  const int m_first = max(a.causal ? kDkdvWarpgroups * n : 0, entry.first_query / kTileTokens);
   const int num_query_tiles = num_query_tiles_doc - m_first;
   const int steps = group * num_query_tiles;  // (query head, query tile), head-major
   const DocMask mask{dt.len, a.causal};
@@ -361,10 +363,11 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   const order::SlotHead cta = order::backward_cta(int(blockIdx.x), a.work.capacity, a.hq, a.hkv, a.kv_block);
   const int slot = cta.slot, h = cta.h;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
-  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
+  const CtaItem entry = enter_cta(a.work, slot, &a.status->fault, a.cu_seqlens, a.q_start);
+  if (!entry.ok) return;
+  const DocTile dt = entry.dt;  // a 128-query tile
   // Keys-only rows (before q_start, a multiple of the tile) get no dQ.
-  if (dt.len == 0 || (kDqWarpgroups * dt.tile) * kTileTokens < first_query(a.q_start, dt)) return;
+  if ((kDqWarpgroups * dt.tile) * kTileTokens < entry.first_query) return;
   const int wg = warpgroup::index();
   const int hk = h / (a.hq / a.hkv);
   // This warpgroup's 64 queries: the 64-token query tile mw, queries [m0, m0 + valid_q).
@@ -517,10 +520,11 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
   const int group = a.hq / a.hkv, heads = a.ds_hkv * group;
   const order::SlotHead cta = order::backward_cta(int(blockIdx.x), a.work.capacity, heads, a.ds_hkv, a.ds_hkv);
   const int slot = cta.slot, h = a.ds_hk0 * group + cta.h;
-  if (slot >= item_count(a.work) || a.status->fault != guard::kNone) return;
-  const DocTile dt = doc_tile(a.cu_seqlens, a.work, slot);  // a 128-query tile
+  const CtaItem entry = enter_cta(a.work, slot, &a.status->fault, a.cu_seqlens, a.q_start);
+  if (!entry.ok) return;
+  const DocTile dt = entry.dt;  // a 128-query tile
   // Keys-only rows (before q_start, a multiple of the tile) get no dQ, as in dq_kernel.
-  if (dt.len == 0 || (kDqWarpgroups * dt.tile) * kTileTokens < first_query(a.q_start, dt)) return;
+  if ((kDqWarpgroups * dt.tile) * kTileTokens < entry.first_query) return;
   const int wg = warpgroup::index();
   const int hk = h / group;
   const int mw = kDqWarpgroups * dt.tile + wg, m0 = mw * kTileTokens;
