@@ -1226,6 +1226,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "9.19 on sm_90 it is unsupported or faults; use a process of its own)")
     p.add_argument("--charts-from", default=None, metavar="BENCH_JSON",
                    help="only draw the charts of an earlier run's bench.json into --out (no GPU needed)")
+    p.add_argument("--table-from", default=None, metavar="BENCH_JSON",
+                   help="only print the markdown table (forward, step, peak memory) of an earlier run's "
+                        "bench.json (no GPU needed)")
     return p.parse_args(argv)
 
 
@@ -1242,8 +1245,56 @@ def records_from_json(path: str) -> List[Record]:
     return recs
 
 
+# The README's benchmark table: columns in this order where the run has them.
+TABLE_COLUMNS = [("flamia", "fp8", "flamia fp8"), ("flamia", "fp8_mixed", "flamia fp8_mixed"),
+                 ("sdpa_cudnn", "bf16", "cuDNN SDPA BF16"), ("cudnn_thd", "bf16", "cuDNN ragged BF16"),
+                 ("fa2_varlen_torch", "bf16", "FA2 varlen BF16"), ("flash_attn", "bf16", "FlashAttention BF16"),
+                 ("cudnn_fp8", "fp8_per_tensor", "cuDNN FP8 (per-tensor)")]
+
+
+def markdown_table(recs: List[Record], workloads: Optional[Dict[str, Any]] = None) -> str:
+    """Forward, step and peak-memory rows per workload, every implementation of the run side by side;
+    a flamia step faster than every BF16 baseline's in bold. '—': not run, or failed."""
+    by = {(r.workload, r.impl, r.recipe): r for r in recs if r.error is None}
+    cols = [c for c in TABLE_COLUMNS if any((i, rc) == (c[0], c[1]) for (_, i, rc) in by)]
+    wls: List[str] = []
+    for r in recs:
+        if r.workload not in wls:
+            wls.append(r.workload)
+    lines = ["| workload | | " + " | ".join(c[2] for c in cols) + " |", "| --- | --- |" + " --- |" * len(cols)]
+    for wl in wls:
+        meta = (workloads or {}).get(wl, {})
+        docs = meta.get("lengths_summary", {}).get("docs")
+        label = f"{wl} ({docs} docs)" if docs and not wl.startswith("fixed") else wl
+        bf16_steps = [r.step_ms for (w, i, rc), r in by.items()
+                      if w == wl and i != "flamia" and r.precision == "bf16" and r.step_ms]
+
+        def cell(impl: str, rcp: str, what: str) -> str:
+            r = by.get((wl, impl, rcp))
+            if r is None:
+                return "—"
+            if what == "peak":
+                return f"{r.step_peak_mib:.0f}" if r.step_peak_mib else "—"
+            ms, tf = (r.fwd_ms, r.fwd_tflops) if what == "fwd" else (r.step_ms, r.step_tflops)
+            if not ms:
+                return "—"
+            text = f"{ms:.2f} ({tf:.0f})" if tf else f"{ms:.2f}"
+            if what == "step" and impl == "flamia" and bf16_steps and ms < min(bf16_steps):
+                text = f"**{text}**"
+            return text
+
+        for what, name in (("fwd", "forward ms (TFLOPS)"), ("step", "step ms (TFLOPS)"), ("peak", "peak MiB")):
+            lines.append(f"| {label} | {name} | " + " | ".join(cell(c[0], c[1], what) for c in cols) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     a = parse_args(argv)
+    if a.table_from:
+        with open(a.table_from) as f:
+            meta = json.load(f).get("workloads")
+        print(markdown_table(records_from_json(a.table_from), meta))
+        return 0
     if a.charts_from:
         os.makedirs(a.out, exist_ok=True)
         for path in draw_charts(records_from_json(a.charts_from), a.out):

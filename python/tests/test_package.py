@@ -125,3 +125,22 @@ def test_bench_records_round_trip_through_json(tmp_path):
     assert back.errors == {"o": 0.048} and back.notes == ["n"]
     assert back.extra == rec.extra
     assert back.to_json() == rec.to_json()
+
+
+def test_bench_markdown_table_marks_only_steps_faster_than_every_bf16_baseline():
+    from flamia.bench import Record, markdown_table
+
+    def rec(impl, recipe, step, precision="bf16", error=None):
+        return Record(workload="pack-32k", impl=impl, recipe=recipe, fwd_ms=1.0, fwd_tflops=500.0, step_ms=step,
+                      step_tflops=400.0, step_peak_mib=800.0, precision=precision, error=error)
+
+    recs = [rec("flamia", "fp8", 4.5, "fp8"), rec("flamia", "fp8_mixed", 4.0, "fp8"), rec("cudnn_thd", "bf16", 4.2),
+            rec("fa2_varlen_torch", "bf16", 7.0), rec("sdpa_cudnn", "bf16", 1.0, error="no plan")]
+    table = markdown_table(recs, {"pack-32k": {"lengths_summary": {"docs": 19}}})
+    step = next(line for line in table.splitlines() if "step ms" in line)
+    cells = [c.strip() for c in step.strip("|").split("|")]
+    # fp8 (4.5) is slower than cuDNN ragged (4.2): not bold; fp8_mixed (4.0) is faster than both.
+    assert cells[:4] == ["pack-32k (19 docs)", "step ms (TFLOPS)", "4.50 (400)", "**4.00 (400)**"]
+    # The failed baseline is no column and no reference; the others keep their order.
+    header = table.splitlines()[0]
+    assert "cuDNN SDPA BF16" not in header and header.index("cuDNN ragged") < header.index("FA2 varlen")
