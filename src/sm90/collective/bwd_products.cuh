@@ -11,6 +11,7 @@
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/collective/bwd_plan.cuh"
 #include "sm90/fragments.cuh"
+#include "sm90/kit/rows_out.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/wgmma.cuh"
 
@@ -143,42 +144,8 @@ __device__ __forceinline__ void store_rows_bf16(uint16_t* out, int64_t row_strid
   }
 }
 
+// The passes' rows out by TMA (kit/rows_out.cuh) synchronize each warpgroup on its own barrier.
 constexpr int kEpilogueBarrier = warpgroup::kFirstNamedBarrier + 3;  // + the warpgroup's index
-
-// The same rows by one TMA store instead: the warpgroup writes its 64 rows (scaled, bf16)
-// into `tile` (shared memory, 1024-byte aligned) as the natural map's box lays them out
-// (D / 64 blocks of [64 rows][128 bytes], 128-byte swizzle: 16-byte chunk c of row r at
-// chunk c ^ (r & 7), so that a warp's 32 four-byte writes hit 32 banks), and thread 0 of the
-// warpgroup stores the box at rows [tok, tok + 64) of `head`. Sixty-four 4-byte global
-// stores a thread had the load-store unit throttling the epilogue (docs/PERFORMANCE.md v67).
-// The tile may still be read by this thread's previous store from it: waited for first.
-// `barrier`: a named barrier of the warpgroup's own.
-template <int D>
-__device__ __forceinline__ void store_rows_tma(uint32_t tile, const CUtensorMap& map, int head, int tok,
-                                               const float (&acc)[D / 8][4], float scale, int barrier) {
-  const bool first = tile_tid() == 0;
-  if (first) tma::wait_bulk_read<0>();
-  warpgroup::bar_sync(barrier, warpgroup::kThreads);
-  const int g = lane_id() >> 2, q = lane_id() & 3;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = 16 * (warp_id() & 3) + g + 8 * r;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      const uint32_t at = tile + (n / 8) * mma::kNaturalBlockBytes + row * mma::kNaturalRowBytes +
-                          (((n % 8) ^ (row & 7)) << 4) + 4 * q;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at),
-                   "r"(ptx::pack_bf16x2(__fmul_rn(scale, acc[n][2 * r]), __fmul_rn(scale, acc[n][2 * r + 1])))
-                   : "memory");
-    }
-  }
-  wgmma::fence_proxy_async();
-  warpgroup::bar_sync(barrier, warpgroup::kThreads);
-  if (first) {
-    tma::store_4d(tile, map, 0, tok, head, 0);
-    tma::commit_bulk();
-  }
-}
 
 }  // namespace bwd
 }  // namespace sm90

@@ -21,6 +21,7 @@
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/collective/fwd_plan.cuh"
 #include "sm90/collective/fwd_softmax.cuh"
+#include "sm90/kit/rows_out.cuh"
 
 namespace flamia {
 namespace sm90 {
@@ -31,6 +32,10 @@ namespace fwd {
 // At D = 64 the consumers issue as they come (the tensor core queues them): there a tile's
 // MMAs are half as long against the same softmax, and without the turn the forward is 2.6 %
 // faster on llama1b-pack; at D = 128 the turn is kept (docs/PERFORMANCE.md v23a).
+// The epilogue's rows out (kit/rows_out.cuh) synchronize each consumer on a barrier of its
+// own, past the two of the turns.
+constexpr int kEpilogueBarrier = warpgroup::kFirstNamedBarrier + 2;  // + the consumer's index
+
 template <int D>
 struct TurnOrder {
   static constexpr bool kTakesTurns = D == 128;
@@ -163,21 +168,32 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   };
   // O = acc * (1 / l) in bf16 (one division per row, not per element: an IEEE division is a
   // reciprocal, its refinement and a slow-path check), LSE = (mc + log2 l) * ln 2; rows past
-  // the document are not stored.
+  // the document are not stored. The warpgroup's 64 rows leave by one TMA store when all are
+  // the document's (the branch is the warpgroup's: one item), else row by row.
   auto epilogue = [&]() {
+    const int m0 = item.dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer;
+    if (p.rows_by_tma && m0 + P::kRowsPerConsumer <= item.dt.len) {
+      const float inv_l[2] = {__frcp_rn(rows.l[0]), __frcp_rn(rows.l[1])};
+      store_rows_tma<D>(base + P::out_tile(consumer_idx), p.o_rows, item.h, int(item.dt.tok0) + m0, acc, inv_l,
+                        kEpilogueBarrier + consumer_idx);
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = i0 + 8 * r;
+        if (i >= item.dt.len) continue;
+        uint16_t* o = p.out + ((item.dt.tok0 + i) * p.hq + item.h) * D + 2 * q;
+        const float inv_l = __frcp_rn(rows.l[r]);
+#pragma unroll
+        for (int d = 0; d < D / 8; ++d)
+          *reinterpret_cast<uint32_t*>(o + 8 * d) =
+              ptx::pack_bf16x2(__fmul_rn(acc[d][2 * r], inv_l), __fmul_rn(acc[d][2 * r + 1], inv_l));
+      }
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int i = i0 + 8 * r;
-      if (i >= item.dt.len) continue;
-      const int64_t tok = item.dt.tok0 + i;
-      uint16_t* o = p.out + (tok * p.hq + item.h) * D + 2 * q;
-      const float inv_l = __frcp_rn(rows.l[r]);
-#pragma unroll
-      for (int d = 0; d < D / 8; ++d)
-        *reinterpret_cast<uint32_t*>(o + 8 * d) =
-            ptx::pack_bf16x2(__fmul_rn(acc[d][2 * r], inv_l), __fmul_rn(acc[d][2 * r + 1], inv_l));
-      if (q == 0)
-        p.lse[int64_t(item.h) * p.total_tokens + tok] =
+      if (q == 0 && i < item.dt.len)
+        p.lse[int64_t(item.h) * p.total_tokens + item.dt.tok0 + i] =
             __fmul_rn(__fadd_rn(rows.mc[r], log2f(rows.l[r])), 0.693147180559945309f);
     }
   };
@@ -242,6 +258,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     }
   }
   if (consumer_idx == 0) turns.begin();  // the turn consumer 1 handed over last
+  rows_out_drain();
 }
 
 }  // namespace fwd

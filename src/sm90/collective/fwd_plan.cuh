@@ -66,7 +66,11 @@ struct Plan {
   static constexpr int kValid = kSigma + 4;
   static constexpr int kStageBytes = (kSigma + 16 + 1023) / 1024 * 1024;
   static_assert(kKTile % 1024 == 0 && kVtTile % 1024 == 0, "aligned tiles");
-  static constexpr int kBarriers = kStage0 + kStages * kStageBytes;
+  // Each consumer's O rows on their way out (kit/rows_out.cuh): 64 rows of D bf16.
+  static constexpr int kOutTile = kRowsPerConsumer * D * 2;
+  static constexpr int kOut0 = kStage0 + kStages * kStageBytes;
+  static_assert(kOutTile % 1024 == 0, "a swizzled tile of rows");
+  static constexpr int kBarriers = kOut0 + kConsumers * kOutTile;
   // mbarriers (8 bytes each): q_full[kQBuffers], q_empty[kQBuffers], full[kStages],
   // empty[kStages], ready[kStages].
   static constexpr int kQFull0 = kBarriers, kQEmpty0 = kQFull0 + 8 * kQBuffers;
@@ -83,6 +87,7 @@ struct Plan {
   __host__ __device__ static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
   __host__ __device__ static constexpr int q_buffer(int b) { return kQ + b * kQBufBytes; }
   __host__ __device__ static constexpr int slot(int b) { return kSlot0 + b * kSlotBytes; }
+  __host__ __device__ static constexpr int out_tile(int c) { return kOut0 + c * kOutTile; }
   // Arrivals that complete a phase: full and q_full = the producer lane's expect_tx + 32
   // lanes' scale copies landing; empty and q_empty = every consumer thread once it is done
   // reading the stage or the slot (each releasing its own reads; Q itself is read only by the
@@ -108,6 +113,8 @@ struct Params {
   int* next_item;   // items taken so far beyond the grid's first (qkv8; zeroed by the guard)
   int kv_block;     // kv heads per block of the work order (divides hkv)
   uint16_t* out;    // bf16 [T][Hq][D]
+  CUtensorMap o_rows;  // out as natural rows (launch/tensor_map.h), when rows_by_tma
+  bool rows_by_tma;    // out 16-byte aligned: whole 64-row tiles leave by TMA
   float* lse;       // [Hq][T]
   int64_t total_tokens, tpad;
   int hq, hkv;

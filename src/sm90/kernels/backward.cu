@@ -342,9 +342,10 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   if (a.rows_by_tma && valid_k == kTileTokens) {
     const uint32_t tile = base + S::rows_out(wg);
     const int tok = int(dt.tok0) + kw0;
-    store_rows_tma<D>(tile, a.dk_rows, hk, tok, dk, a.softmax_scale, kEpilogueBarrier + wg);
-    store_rows_tma<D>(tile, a.dv_rows, hk, tok, dv, 1.0f, kEpilogueBarrier + wg);
-    if (tile_tid() == 0) tma::wait_bulk_read<0>();  // the tile is read before the CTA's memory goes
+    const float dk_scale[2] = {a.softmax_scale, a.softmax_scale}, dv_scale[2] = {1.0f, 1.0f};
+    store_rows_tma<D>(tile, a.dk_rows, hk, tok, dk, dk_scale, kEpilogueBarrier + wg);
+    store_rows_tma<D>(tile, a.dv_rows, hk, tok, dv, dv_scale, kEpilogueBarrier + wg);
+    rows_out_drain();
   } else {
     const int64_t out_off = dt.tok0 * kv_row + hk * D;
     store_rows_bf16<D>(a.dk + out_off, kv_row, dk, a.softmax_scale, kw0 + 16 * (warp_id() & 3), dt.len);
@@ -502,9 +503,9 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   // As the dK/dV pass's rows: a tile inside the document by TMA, through the warpgroup's own
   // Q and dO (dead after its last step, and exactly a bf16 tile of 64 rows), else row by row.
   if (a.rows_by_tma && valid_q == kTileTokens) {
-    store_rows_tma<D>(base + S::queries(wg), a.dq_rows, h, int(dt.tok0) + m0, dq, a.softmax_scale,
-                      kEpilogueBarrier + wg);
-    if (tile_tid() == 0) tma::wait_bulk_read<0>();
+    const float dq_scale[2] = {a.softmax_scale, a.softmax_scale};
+    store_rows_tma<D>(base + S::queries(wg), a.dq_rows, h, int(dt.tok0) + m0, dq, dq_scale, kEpilogueBarrier + wg);
+    rows_out_drain();
   } else {
     store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3),
                        dt.len);
@@ -721,21 +722,6 @@ cudaError_t encode_col_map(CUtensorMap* map, const uint8_t* codes, int64_t tpad,
   const uint32_t box[2] = {uint32_t(kTileTokens), uint32_t(head_dim)};
   return encode_u8_map(map, codes, 2, dims, strides, box, kTileTokens);
 }
-// Natural BF16 rows of a caller's [T, H, D] tensor (strides in elements, rows 16-byte
-// aligned), mapped as bytes {128-byte block of d, token, head, block}: one box of 128 bytes x
-// 64 tokens x 1 head x D / 64 blocks is a whole tile, each block a 128-byte-swizzled
-// [64 tokens][128 bytes] (bwd_natural_rows.cuh).
-cudaError_t encode_natural_map(CUtensorMap* map, const void* x, int64_t total_tokens, int heads, int head_dim,
-                               int64_t stride_t, int64_t stride_h) {
-  const uint64_t dims[4] = {uint64_t(mma::kNaturalRowBytes), uint64_t(total_tokens), uint64_t(heads),
-                            uint64_t(head_dim / 64)};
-  const uint64_t strides[3] = {2 * uint64_t(stride_t), 2 * uint64_t(stride_h), uint64_t(mma::kNaturalRowBytes)};
-  const uint32_t box[4] = {uint32_t(mma::kNaturalRowBytes), uint32_t(kTileTokens), 1, uint32_t(head_dim / 64)};
-  // 256-byte L2 fills: at D = 128 a token's head row is two blocks, whose halves a miss brings
-  // in together.
-  return encode_u8_map(map, x, 4, dims, strides, box, mma::kNaturalRowBytes, head_dim == 128 ? 256 : 128);
-}
-
 // The step of this thread's last backward that returned an error (backward_failed_step).
 thread_local const char* t_failed_step = "";
 

@@ -3,6 +3,7 @@
 // over a TMA + mbarrier pipeline, walking the quantizer's longest-first list of 128-row
 // query tiles. Shapes and the shared-memory plan: collective/fwd_plan.cuh.
 #include "quantize/layout.cuh"
+#include "quantize/quantize.cuh"
 #include "sm90/arch/warpgroup.cuh"
 #include "sm90/collective/fwd_consumer.cuh"
 #include "sm90/collective/fwd_producer.cuh"
@@ -90,6 +91,11 @@ cudaError_t forward_fast(const Params& p, void* qkv8, void* out, float* lse) {
     if (cudaError_t e = encode_u8_map(&prm.vt8, base + layout.vt8, 2, dims, strides, box, 128)) return e;
   }
   set_forward_common(prm, p, base, layout, layout.fwd_work, out, lse);
+  const int64_t o_row = int64_t(p.hq) * p.head_dim;
+  prm.rows_by_tma = quant::rows_16b_aligned(out, o_row, p.head_dim);
+  if (prm.rows_by_tma)
+    if (cudaError_t e = encode_natural_map(&prm.o_rows, out, p.total_tokens, p.hq, p.head_dim, o_row, p.head_dim))
+      return e;
   prm.next_item = reinterpret_cast<int*>(base + layout.fwd_work.next);
   prm.kv_block = order::forward_kv_block(p.total_tokens, p.hkv, p.head_dim);
   if (p.head_dim == 64) return fwd::launch<64>(prm, layout.fwd_work.capacity, p.stream);

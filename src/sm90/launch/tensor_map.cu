@@ -1,5 +1,7 @@
 #include "sm90/launch/tensor_map.h"
 
+#include "sm90/arch/wgmma.cuh"
+
 namespace flamia {
 namespace sm90 {
 namespace {
@@ -48,6 +50,18 @@ cudaError_t encode_u8_map(CUtensorMap* map, const void* base, int rank, const ui
   // The driver's codes and the runtime's agree in number for what encoding can return
   // (1 invalid value, 201 invalid context, ...), so the reason reaches the message.
   return static_cast<cudaError_t>(r);
+}
+
+// Bytes {128-byte block of d, token, head, block}: the box is one whole 64-token tile.
+cudaError_t encode_natural_map(CUtensorMap* map, const void* x, int64_t total_tokens, int heads, int head_dim,
+                               int64_t stride_t, int64_t stride_h) {
+  const uint64_t dims[4] = {uint64_t(mma::kNaturalRowBytes), uint64_t(total_tokens), uint64_t(heads),
+                            uint64_t(head_dim / 64)};
+  const uint64_t strides[3] = {2 * uint64_t(stride_t), 2 * uint64_t(stride_h), uint64_t(mma::kNaturalRowBytes)};
+  const uint32_t box[4] = {uint32_t(mma::kNaturalRowBytes), uint32_t(mma::kNaturalRows), 1, uint32_t(head_dim / 64)};
+  // 256-byte L2 fills: at D = 128 a token's head row is two blocks, whose halves a miss brings
+  // in together.
+  return encode_u8_map(map, x, 4, dims, strides, box, mma::kNaturalRowBytes, head_dim == 128 ? 256 : 128);
 }
 
 }  // namespace sm90

@@ -18,5 +18,11 @@ cudaError_t encode_u8_map(CUtensorMap* map, const void* base, int rank, const ui
                           const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes,
                           int l2_promotion_bytes = 128);
 
+// A natural BF16 [T, H, D] tensor (strides in elements; base and rows 16-byte aligned) as
+// boxes of 64 tokens x 1 head x D in 128-byte-swizzled blocks of 64 elements (arch/wgmma.cuh,
+// kNaturalBlockBytes): the backward's BF16 operands, and the rows kit/rows_out.cuh stores.
+cudaError_t encode_natural_map(CUtensorMap* map, const void* x, int64_t total_tokens, int heads, int head_dim,
+                               int64_t stride_t, int64_t stride_h);
+
 }  // namespace sm90
 }  // namespace flamia
