@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Summarize an Nsight Compute source page (CSV, one row per SASS instruction).
 
-    python3 tools/stall_summary.py sass_dkdv_kernel.csv [--top 40]
+    python3 tools/stall_summary.py sass_dkdv_kernel.csv [--top 40] [--by-count] [--regions]
 
 Prints the columns found, the stall samples per opcode (all samples and not-issued samples,
 with the executed warp instructions), and the instructions with the most samples with
 their neighbours' opcodes, so that a stall can be traced to the dependency that causes it.
+--by-count adds the samples by executions a warp and by place; --regions the code as runs of
+consecutive instructions executed equally often (one such run is one path through the
+source: a softmax variant, an epilogue), each with its executions a warp, its share of the
+samples and its commonest opcodes.
 Column names differ between Nsight Compute versions, so they are matched by substring.
 """
 import argparse
@@ -29,11 +33,33 @@ def pick(header, *needles, avoid=()):
     return None
 
 
+def opcode(text):
+    """The opcode of a SASS line, without its predicate and modifiers."""
+    parts = text.split()
+    if not parts:
+        return "?"
+    op = parts[1] if parts[0].startswith("@") and len(parts) > 1 else parts[0]
+    return op.split(".")[0]
+
+
+def regions(rows, tolerance=0.1):
+    """Runs of consecutive rows whose execution counts are within `tolerance` (relative) of the
+    run's first: [(first index, last index)]. Rows never executed form runs of their own."""
+    runs, start = [], 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or abs(rows[i] - rows[start]) > tolerance * max(rows[start], 1.0):
+            runs.append((start, i - 1))
+            start = i
+    return runs
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--by-count", action="store_true", help="samples by executions per warp")
+    ap.add_argument("--regions", action="store_true", help="runs of instructions executed equally often")
+    ap.add_argument("--min-share", type=float, default=0.5, help="--regions: least share of samples shown (%%)")
     args = ap.parse_args()
     with open(args.csv, newline="") as f:
         rows = [r for r in csv.reader(f)]
@@ -107,6 +133,23 @@ def main():
                         why[header[j].replace("stall_", "")] += number(r[j])
             top = ", ".join(f"{k[:20]} {100 * v / total:.2f} %" for k, v in sorted(why.items(), key=lambda t: -t[1])[:4] if v > 0)
             print(f"  {name:24s} {100 * sm / total:6.2f} %  {top}")
+    if args.regions and executed is not None:
+        warps = next((number(r[executed]) for r in body if number(r[executed]) > 0), 0.0) or 1.0
+        counts = [number(r[executed]) for r in body]
+        print(f"\nregions: runs of instructions executed equally often, with >= {args.min_share} % of the samples")
+        print("  (first address, instructions, executions a warp, share of samples, warp instructions a warp, commonest opcodes)")
+        for a, b in regions(counts):
+            rs = body[a:b + 1]
+            share = 100 * sum(number(r[samples]) for r in rs) / total
+            if share < args.min_share:
+                continue
+            ops = defaultdict(int)
+            for r in rs:
+                ops[opcode(r[src].strip())] += 1
+            top = ", ".join(f"{k} {v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:6])
+            where = rs[0][addr] if addr is not None else str(a)
+            print(f"  {where:>8s} {len(rs):5d}  {counts[a] / warps:9.1f}  {share:6.2f} %  "
+                  f"{sum(counts[a:b + 1]) / warps:10.1f}  {top}")
     print(f"\ntop {args.top} instructions by samples (with the reasons above 10 % of the row):")
     order = sorted(range(len(body)), key=lambda i: -number(body[i][samples]))[: args.top]
     for i in sorted(order):
