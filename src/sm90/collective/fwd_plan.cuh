@@ -83,6 +83,7 @@ struct Plan {
   static constexpr int kSlotSq = 64;  // offset of the rows' sq in a slot
   static constexpr int kBytes = kSlot0 + kQBuffers * kSlotBytes;
   static constexpr int kAlloc = kBytes + 1024;  // room to align the dynamic base
+  static_assert(kAlloc <= 227 * 1024, "the forward's shared memory (one CTA an SM)");
 
   __host__ __device__ static constexpr int stage(int s) { return kStage0 + s * kStageBytes; }
   __host__ __device__ static constexpr int q_buffer(int b) { return kQ + b * kQBufBytes; }
