@@ -77,14 +77,13 @@ def main():
         sys.exit("missing the source or the stall sampling column")
     reasons = [i for i, n in enumerate(header) if n.lower().startswith("stall") or "stall_" in n.lower()]
     total = sum(number(r[samples]) for r in body) or 1.0
+    # Warps that ran the kernel: the first executed instruction's count (every warp runs it once).
+    warps = 1.0
+    if executed is not None:
+        warps = next((number(r[executed]) for r in body if number(r[executed]) > 0), 0.0) or 1.0
     by_op = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
     for r in body:
-        text = r[src].strip()
-        op = text.split()[0] if text else "?"
-        if op.startswith("@"):
-            op = text.split()[1] if len(text.split()) > 1 else op
-        op = op.split(".")[0]
-        e = by_op[op]
+        e = by_op[opcode(r[src].strip())]
         e[0] += number(r[samples])
         e[1] += number(r[not_issued]) if not_issued is not None else 0.0
         e[2] += number(r[executed]) if executed is not None else 0.0
@@ -98,7 +97,6 @@ def main():
         for name, s in sorted(sums, key=lambda t: -t[1])[:14]:
             print(f"  {name:50s} {s:12.0f}")
     if args.by_count and executed is not None:
-        warps = next((number(r[executed]) for r in body if number(r[executed]) > 0), 0.0) or 1.0
         buckets = [(0.0, 1.01, "once a warp or less"), (1.01, 4.0, "1-4 a warp"), (4.0, 16.0, "4-16"),
                    (16.0, 64.0, "16-64"), (64.0, float("inf"), "64 or more")]
 
@@ -134,7 +132,6 @@ def main():
             top = ", ".join(f"{k[:20]} {100 * v / total:.2f} %" for k, v in sorted(why.items(), key=lambda t: -t[1])[:4] if v > 0)
             print(f"  {name:24s} {100 * sm / total:6.2f} %  {top}")
     if args.regions and executed is not None:
-        warps = next((number(r[executed]) for r in body if number(r[executed]) > 0), 0.0) or 1.0
         counts = [number(r[executed]) for r in body]
         print(f"\nregions: runs of instructions executed equally often, with >= {args.min_share} % of the samples")
         print("  (first address, instructions, executions a warp, share of samples, warp instructions a warp, commonest opcodes)")
