@@ -91,11 +91,10 @@ struct CtaItem {
 __device__ __forceinline__ CtaItem enter_cta(const WorkList& w, int slot, const int32_t* fault,
                                              const int32_t* cu_seqlens, const int32_t* q_start) {
   CtaItem out{};
-  const int count = *w.count, fault_code = *fault;
-  if (slot >= min(max(count, 0), w.capacity) || fault_code != 0) return out;
-  out.dt = doc_tile(cu_seqlens, w, load_item(w, slot));
-  const int q0 = q_start ? q_start[out.dt.doc] : 0;
-  out.first_query = min(max(q0, 0), out.dt.len);
+  const int count = item_count(w), fault_code = *fault;
+  if (slot >= count || fault_code != 0) return out;
+  out.dt = doc_tile(cu_seqlens, w, slot);
+  out.first_query = first_query(q_start, out.dt);
   out.ok = out.dt.len != 0;
   return out;
 }

@@ -127,23 +127,6 @@ __device__ __forceinline__ void chained_product_done(float (&acc)[D / 8][4], Tok
   wgmma::pin(op.a);
 }
 
-// Stores rows [0, 16) of a warp's D-wide accumulator (scaled) as bf16 for rows < valid.
-template <int D>
-__device__ __forceinline__ void store_rows_bf16(uint16_t* out, int64_t row_stride, const float (&acc)[D / 8][4],
-                                                float scale, int row_base, int len) {
-  const int g = lane_id() >> 2, q = lane_id() & 3;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row_base + g + 8 * r;
-    if (row >= len) continue;
-    uint16_t* o = out + row * row_stride + 2 * q;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<uint32_t*>(o + 8 * n) =
-          ptx::pack_bf16x2(__fmul_rn(scale, acc[n][2 * r]), __fmul_rn(scale, acc[n][2 * r + 1]));
-  }
-}
-
 // The passes' rows out by TMA (kit/rows_out.cuh) synchronize each warpgroup on its own barrier.
 constexpr int kEpilogueBarrier = warpgroup::kFirstNamedBarrier + 3;  // + the warpgroup's index
 

@@ -172,22 +172,13 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   // the document's (the branch is the warpgroup's: one item), else row by row.
   auto epilogue = [&]() {
     const int m0 = item.dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer;
+    const float inv_l[2] = {__frcp_rn(rows.l[0]), __frcp_rn(rows.l[1])};
     if (p.rows_by_tma && m0 + P::kRowsPerConsumer <= item.dt.len) {
-      const float inv_l[2] = {__frcp_rn(rows.l[0]), __frcp_rn(rows.l[1])};
       store_rows_tma<D>(base + P::out_tile(consumer_idx), p.o_rows, item.h, int(item.dt.tok0) + m0, acc, inv_l,
                         kEpilogueBarrier + consumer_idx);
     } else {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int i = i0 + 8 * r;
-        if (i >= item.dt.len) continue;
-        uint16_t* o = p.out + ((item.dt.tok0 + i) * p.hq + item.h) * D + 2 * q;
-        const float inv_l = __frcp_rn(rows.l[r]);
-#pragma unroll
-        for (int d = 0; d < D / 8; ++d)
-          *reinterpret_cast<uint32_t*>(o + 8 * d) =
-              ptx::pack_bf16x2(__fmul_rn(acc[d][2 * r], inv_l), __fmul_rn(acc[d][2 * r + 1], inv_l));
-      }
+      const int64_t o_row = int64_t(p.hq) * D;
+      store_rows_bf16<D>(p.out + item.dt.tok0 * o_row + item.h * D, o_row, acc, inv_l, m0 + 16 * warp, item.dt.len);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {

@@ -339,17 +339,17 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   // Every key row of the document is written, also those no query sees (zeros): a tile
   // inside the document by TMA, through the warpgroup's dead keys; the document's last,
   // partial one row by row (a box would write the next document's rows).
+  const float dk_scale[2] = {a.softmax_scale, a.softmax_scale}, dv_scale[2] = {1.0f, 1.0f};
   if (a.rows_by_tma && valid_k == kTileTokens) {
     const uint32_t tile = base + S::rows_out(wg);
     const int tok = int(dt.tok0) + kw0;
-    const float dk_scale[2] = {a.softmax_scale, a.softmax_scale}, dv_scale[2] = {1.0f, 1.0f};
     store_rows_tma<D>(tile, a.dk_rows, hk, tok, dk, dk_scale, kEpilogueBarrier + wg);
     store_rows_tma<D>(tile, a.dv_rows, hk, tok, dv, dv_scale, kEpilogueBarrier + wg);
     rows_out_drain();
   } else {
     const int64_t out_off = dt.tok0 * kv_row + hk * D;
-    store_rows_bf16<D>(a.dk + out_off, kv_row, dk, a.softmax_scale, kw0 + 16 * (warp_id() & 3), dt.len);
-    store_rows_bf16<D>(a.dv + out_off, kv_row, dv, 1.0f, kw0 + 16 * (warp_id() & 3), dt.len);
+    store_rows_bf16<D>(a.dk + out_off, kv_row, dk, dk_scale, kw0 + 16 * (warp_id() & 3), dt.len);
+    store_rows_bf16<D>(a.dv + out_off, kv_row, dv, dv_scale, kw0 + 16 * (warp_id() & 3), dt.len);
   }
 }
 
@@ -502,13 +502,12 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
 
   // As the dK/dV pass's rows: a tile inside the document by TMA, through the warpgroup's own
   // Q and dO (dead after its last step, and exactly a bf16 tile of 64 rows), else row by row.
+  const float dq_scale[2] = {a.softmax_scale, a.softmax_scale};
   if (a.rows_by_tma && valid_q == kTileTokens) {
-    const float dq_scale[2] = {a.softmax_scale, a.softmax_scale};
     store_rows_tma<D>(base + S::queries(wg), a.dq_rows, h, int(dt.tok0) + m0, dq, dq_scale, kEpilogueBarrier + wg);
     rows_out_drain();
   } else {
-    store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3),
-                       dt.len);
+    store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, dq_scale, m0 + 16 * (warp_id() & 3), dt.len);
   }
 }
 
@@ -624,7 +623,8 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
   }
 
   const int64_t q_row = int64_t(a.hq) * D;
-  store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, a.softmax_scale, m0 + 16 * (warp_id() & 3), dt.len);
+  const float dq_scale[2] = {a.softmax_scale, a.softmax_scale};
+  store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, dq_scale, m0 + 16 * (warp_id() & 3), dt.len);
 }
 
 // =====================================================================================

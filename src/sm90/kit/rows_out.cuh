@@ -1,5 +1,6 @@
-// A warpgroup's 64 accumulator rows out to a caller's natural BF16 [T, H, D] tensor by one TMA
-// store, used by the forward's O and the backward's dQ, dK, dV epilogues.
+// Accumulator rows out to a caller's natural BF16 [T, H, D] tensor, used by the forward's O and
+// the backward's dQ, dK, dV epilogues: a warpgroup's 64 rows by one TMA store, or (a document's
+// last, partial tile) a warp's 16 rows by plain stores.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,24 @@ __device__ __forceinline__ void store_rows_tma(uint32_t tile, const CUtensorMap&
   if (first) {
     tma::store_4d(tile, map, 0, tok, head, 0);
     tma::commit_bulk();
+  }
+}
+
+// A warp's rows [row_base, row_base + 16) of the m64nD accumulator (its 16 of the warpgroup's
+// 64), row r of the lane times scale[r], to out + row * row_stride as bf16, for rows < len.
+template <int D>
+__device__ __forceinline__ void store_rows_bf16(uint16_t* out, int64_t row_stride, const float (&acc)[D / 8][4],
+                                                const float (&scale)[2], int row_base, int len) {
+  const int g = lane_id() >> 2, q = lane_id() & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_base + g + 8 * r;
+    if (row >= len) continue;
+    uint16_t* o = out + row * row_stride + 2 * q;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<uint32_t*>(o + 8 * n) =
+          ptx::pack_bf16x2(__fmul_rn(scale[r], acc[n][2 * r]), __fmul_rn(scale[r], acc[n][2 * r + 1]));
   }
 }
 
