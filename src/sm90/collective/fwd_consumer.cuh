@@ -78,6 +78,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   int i0 = 0;  // this lane's first row, document-local
   float sq[2], sqc[2];
   float acc[D / 8][4];
+  constexpr bool kFirstFoldWrites = D == 128;
   RowState rows;
   auto q_tile = [&](int b) { return base + P::q_buffer(b) + consumer_idx * P::kQTile; };
   auto begin_item = [&]() {
@@ -92,10 +93,14 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       sq[r] = i0 + 8 * r < item.dt.len ? rows_sq : 1.0f;
       sqc[r] = __fmul_rn(sq[r], p.c);
     }
+    // At D = 128 acc is not zeroed: the item's first fold (n = 0) writes it. At D = 64 that
+    // form measured 1.2 % slower (docs/PERFORMANCE.md v73), so there the zeroing stays.
+    if constexpr (!kFirstFoldWrites) {
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
+      for (int n = 0; n < D / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+    }
     rows = RowState();
   };
 
@@ -151,9 +156,17 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     // This warp is done with the stage: every lane releases its own reads of the stage's
     // scales (softmax), so that no ordering rests on lanes other than the arriving one.
     mbar::arrive(empty0 + 8 * stage_of(n));
-    // Once no row of the warp has a new maximum (the common case after the first tiles),
-    // alpha is 1 and acc * alpha == acc: skip the multiply (warp-uniform branch).
-    if (__all_sync(0xffffffffu, tp.alpha[0] == 1.0f && tp.alpha[1] == 1.0f)) {
+    // The item's first tile (kFirstFoldWrites): acc * alpha is +0 (acc 0, alpha 0 before any
+    // maximum), so acc = fmaf(sigma, fresh, +0) — the same bits, a signed zero included —
+    // without zeroing acc at the hand-over. Once no row of the warp has a new maximum (the
+    // common case after the first tiles), alpha is 1 and acc * alpha == acc: skip the
+    // multiply. Both branches are uniform (n is the CTA's, alpha the warp's).
+    if (kFirstFoldWrites && n == 0) {
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], 0.0f);
+    } else if (__all_sync(0xffffffffu, tp.alpha[0] == 1.0f && tp.alpha[1] == 1.0f)) {
 #pragma unroll
       for (int d = 0; d < D / 8; ++d)
 #pragma unroll
