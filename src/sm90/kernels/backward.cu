@@ -622,9 +622,20 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
     use.advance();
   }
 
+  // As dq_kernel's rows: a tile inside the document by TMA, else row by row. The staging tile
+  // is the start of stage wg (a stage holds at least a warpgroup's 64 bf16 rows): both
+  // warpgroups read every stage's Kᵀ, so they meet first; every load has landed by then (each
+  // waited for every tile's full).
+  static_assert(S::kStages >= kDqWarpgroups && S::kStageBytes >= kTileTokens * D * 2, "a warpgroup's rows in a stage");
   const int64_t q_row = int64_t(a.hq) * D;
   const float dq_scale[2] = {a.softmax_scale, a.softmax_scale};
-  store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, dq_scale, m0 + 16 * (warp_id() & 3), dt.len);
+  if (a.rows_by_tma) __syncthreads();
+  if (a.rows_by_tma && valid_q == kTileTokens) {
+    store_rows_tma<D>(base + S::stage(wg), a.dq_rows, h, int(dt.tok0) + m0, dq, dq_scale, kEpilogueBarrier + wg);
+    rows_out_drain();
+  } else {
+    store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, dq_scale, m0 + 16 * (warp_id() & 3), dt.len);
+  }
 }
 
 // =====================================================================================
