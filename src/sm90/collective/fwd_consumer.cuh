@@ -186,13 +186,8 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   auto epilogue = [&]() {
     const int m0 = item.dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer;
     const float inv_l[2] = {__frcp_rn(rows.l[0]), __frcp_rn(rows.l[1])};
-    if (p.rows_by_tma && m0 + P::kRowsPerConsumer <= item.dt.len) {
-      store_rows_tma<D>(base + P::out_tile(consumer_idx), p.o_rows, item.h, int(item.dt.tok0) + m0, acc, inv_l,
-                        kEpilogueBarrier + consumer_idx);
-    } else {
-      const int64_t o_row = int64_t(p.hq) * D;
-      store_rows_bf16<D>(p.out + item.dt.tok0 * o_row + item.h * D, o_row, acc, inv_l, m0 + 16 * warp, item.dt.len);
-    }
+    store_rows<D>(p.rows_by_tma, base + P::out_tile(consumer_idx), p.o_rows, p.out + item.h * D, int64_t(p.hq) * D,
+                  item.h, item.dt.tok0, m0, item.dt.len, acc, inv_l, kEpilogueBarrier + consumer_idx);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int i = i0 + 8 * r;

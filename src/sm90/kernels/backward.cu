@@ -340,17 +340,12 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   // inside the document by TMA, through the warpgroup's dead keys; the document's last,
   // partial one row by row (a box would write the next document's rows).
   const float dk_scale[2] = {a.softmax_scale, a.softmax_scale}, dv_scale[2] = {1.0f, 1.0f};
-  if (a.rows_by_tma && valid_k == kTileTokens) {
-    const uint32_t tile = base + S::rows_out(wg);
-    const int tok = int(dt.tok0) + kw0;
-    store_rows_tma<D>(tile, a.dk_rows, hk, tok, dk, dk_scale, kEpilogueBarrier + wg);
-    store_rows_tma<D>(tile, a.dv_rows, hk, tok, dv, dv_scale, kEpilogueBarrier + wg);
-    rows_out_drain();
-  } else {
-    const int64_t out_off = dt.tok0 * kv_row + hk * D;
-    store_rows_bf16<D>(a.dk + out_off, kv_row, dk, dk_scale, kw0 + 16 * (warp_id() & 3), dt.len);
-    store_rows_bf16<D>(a.dv + out_off, kv_row, dv, dv_scale, kw0 + 16 * (warp_id() & 3), dt.len);
-  }
+  const uint32_t tile = base + S::rows_out(wg);
+  store_rows<D>(a.rows_by_tma, tile, a.dk_rows, a.dk + hk * D, kv_row, hk, dt.tok0, kw0, dt.len, dk, dk_scale,
+                kEpilogueBarrier + wg);
+  store_rows<D>(a.rows_by_tma, tile, a.dv_rows, a.dv + hk * D, kv_row, hk, dt.tok0, kw0, dt.len, dv, dv_scale,
+                kEpilogueBarrier + wg);
+  rows_out_drain();
 }
 
 // =====================================================================================
@@ -503,12 +498,9 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   // As the dK/dV pass's rows: a tile inside the document by TMA, through the warpgroup's own
   // Q and dO (dead after its last step, and exactly a bf16 tile of 64 rows), else row by row.
   const float dq_scale[2] = {a.softmax_scale, a.softmax_scale};
-  if (a.rows_by_tma && valid_q == kTileTokens) {
-    store_rows_tma<D>(base + S::queries(wg), a.dq_rows, h, int(dt.tok0) + m0, dq, dq_scale, kEpilogueBarrier + wg);
-    rows_out_drain();
-  } else {
-    store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, dq_scale, m0 + 16 * (warp_id() & 3), dt.len);
-  }
+  store_rows<D>(a.rows_by_tma, base + S::queries(wg), a.dq_rows, a.dq + h * D, q_row, h, dt.tok0, m0, dt.len, dq,
+                dq_scale, kEpilogueBarrier + wg);
+  rows_out_drain();
 }
 
 // The dQ GEMM of the stored dS (DqStoredSmem, collective/bwd_plan.cuh, says how it works).
@@ -630,12 +622,9 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
   const int64_t q_row = int64_t(a.hq) * D;
   const float dq_scale[2] = {a.softmax_scale, a.softmax_scale};
   if (a.rows_by_tma) __syncthreads();
-  if (a.rows_by_tma && valid_q == kTileTokens) {
-    store_rows_tma<D>(base + S::stage(wg), a.dq_rows, h, int(dt.tok0) + m0, dq, dq_scale, kEpilogueBarrier + wg);
-    rows_out_drain();
-  } else {
-    store_rows_bf16<D>(a.dq + dt.tok0 * q_row + h * D, q_row, dq, dq_scale, m0 + 16 * (warp_id() & 3), dt.len);
-  }
+  store_rows<D>(a.rows_by_tma, base + S::stage(wg), a.dq_rows, a.dq + h * D, q_row, h, dt.tok0, m0, dt.len, dq,
+                dq_scale, kEpilogueBarrier + wg);
+  rows_out_drain();
 }
 
 // =====================================================================================

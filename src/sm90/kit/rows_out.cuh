@@ -73,7 +73,22 @@ __device__ __forceinline__ void store_rows_bf16(uint16_t* out, int64_t row_strid
   }
 }
 
-// Before the CTA's shared memory goes: its last store has read the tile.
+// A warpgroup's rows [m0, m0 + 64) of a document (tok0: its first token, len: its length) out
+// to the tensor whose head column starts at `out` (token 0; rows row_stride apart): by TMA
+// through `tile` when by_tma and all 64 rows are the document's, else (TMA off, or the
+// document's last, partial tile, where a box would write the next document's rows) row by row.
+template <int D>
+__device__ __forceinline__ void store_rows(bool by_tma, uint32_t tile, const CUtensorMap& map, uint16_t* out,
+                                           int64_t row_stride, int head, int64_t tok0, int m0, int len,
+                                           const float (&acc)[D / 8][4], const float (&scale)[2], int barrier) {
+  if (by_tma && m0 + 64 <= len)
+    store_rows_tma<D>(tile, map, head, int(tok0) + m0, acc, scale, barrier);
+  else
+    store_rows_bf16<D>(out + tok0 * row_stride, row_stride, acc, scale, m0 + 16 * (warp_id() & 3), len);
+}
+
+// Before the CTA's shared memory goes: its last store has read the tile (nothing to wait for
+// when no row left by TMA).
 __device__ __forceinline__ void rows_out_drain() {
   if ((threadIdx.x % warpgroup::kThreads) == 0) tma::wait_bulk_read<0>();
 }
