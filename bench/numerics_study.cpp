@@ -121,6 +121,7 @@ const Variant kVariants[] = {
     {"A: chained, running max", PvFold::Chained, PScale::RunningMax, 0, Accumulation::Wgmma, true},
     {"A+B: chained, running keys", PvFold::Chained, PScale::RunningKeys, 0, Accumulation::Wgmma, true},
     {"A+B, headroom 2^2", PvFold::Chained, PScale::RunningKeys, 2, Accumulation::Wgmma, false},
+    {"B, headroom 2^8", PvFold::Fresh, PScale::TileKeys, 8, Accumulation::Wgmma, false},
     {"A with FP32 adds (diagnostic)", PvFold::Chained, PScale::RunningMax, 0, Accumulation::Fp32, false},
     {"C: P·V in BF16, chained", PvFold::Chained, PScale::TileKeys, 0, Accumulation::Wgmma, true, PvOperand::Bf16},
     {"C with FP32 adds (diagnostic)", PvFold::Chained, PScale::TileKeys, 0, Accumulation::Fp32, false,
