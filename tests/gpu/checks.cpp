@@ -48,7 +48,7 @@ void expect_rows(const char* what, const RowStats& s, double rel_l2_max, double 
 }  // namespace
 
 void check_against_references(const Case& c, const CheckOptions& opt) {
-  const Inputs in = make_inputs(c, opt.seed);
+  const Inputs in = opt.inputs ? *opt.inputs : make_inputs(c, opt.seed);
   GpuRunner gpu(c);
   FwdResult g_fwd;
   BwdResult g_bwd;

@@ -61,6 +61,7 @@ struct CheckOptions {
   SpecTolerance spec;
   bool exact_bounds_from_recipe = true;  // else ex as given
   ExactTolerance ex;
+  const Inputs* inputs = nullptr;  // else make_inputs(c, seed)
 };
 
 // Runs the case on the GPU (quantize, forward, backward), asserts that every output was

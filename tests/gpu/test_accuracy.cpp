@@ -120,6 +120,35 @@ TEST_P(Shapes, MatchesSpec) {
 INSTANTIATE_TEST_SUITE_P(Gpu, Shapes, ::testing::ValuesIn(shape_params()),
                          [](const ::testing::TestParamInfo<ShapeParam>& info) { return info.param.name; });
 
+// ---- P's scale at huge logits ------------------------------------------------------------------
+
+// q = k = x e0 per token, x with 4 significant bits in [2^13, 2^15): S = x_i x_j exactly (E4M3
+// and any accumulation), S c ~2^23-2^27, where m c's rounding moves pm = exp2(fmaf(m, c,
+// -fl(m c))) anywhere between 2^-8 and 2^8 (ALGORITHM.md §2 step 5). Rows past the first 128
+// of each document see whole key tiles, where the fast forward uses the tile's sigma only when
+// every row of the warp has pm in (0.875, 1.75]; a row left at the tile's sigma with pm > 1.75
+// saturates P8 and its O leaves the specification's (a probe that always took the tile's sigma
+// failed here).
+TEST(GpuHugeLogits, RowSigmaOnWholeTilesMatchesSpec) {
+  for (int d : {64, 128}) {
+    const Case c = make_case(cu_from_lengths({300, 257}), FLAMIA_RECIPE_FP8, d, 2, 1, true);
+    Inputs in = make_inputs(c, 77 + d);
+    std::mt19937 rng(5 + d);
+    for (int64_t t = 0; t < c.tokens(); ++t) {
+      const float x = std::ldexp(float(8 + rng() % 8), 10 + int(rng() % 2));
+      for (int e = 0; e < d; ++e) {
+        for (int h = 0; h < c.hq; ++h) in.q[(size_t(t) * c.hq + h) * d + e] = bf16(e == 0 ? x : 0.0f);
+        in.k[size_t(t) * c.hkv * d + e] = bf16(e == 0 ? x : 0.0f);
+      }
+    }
+    CheckOptions opt;
+    opt.exact = false;
+    opt.backward = false;  // P = exp2(S c - LSE) at these logits: LargeLogits's part
+    opt.inputs = &in;
+    check_against_references(c, opt);
+  }
+}
+
 // ---- softmax_scale ----------------------------------------------------------------------------
 
 // softmax_scale = 0 selects 1/sqrt(D): for D = 64 that is exactly 0.125, so the two calls must

@@ -10,8 +10,8 @@
 // Software-pipelined across items: the P·V of tile n and the S of the next tile (the next
 // item's first at an item's last) are issued together, and the fold of P·V(n) — at an item's
 // end also O's store — runs while the tensor core computes that S. The two consumer warpgroups
-// take turns issuing at D = 128 (ping-pong on two named barriers, one turn a tile): while one
-// warpgroup's softmax runs on the FP32/MUFU pipes, the other's MMAs run on the tensor cores.
+// issue as they come (the tensor core queues their MMAs): a ping-pong turn between them cost
+// 2.6 % at D = 64 and, since v77, 0.6-1.1 % at D = 128 (docs/PERFORMANCE.md v23a, v78).
 #pragma once
 
 #include <cmath>
@@ -27,28 +27,8 @@ namespace flamia {
 namespace sm90 {
 namespace fwd {
 
-// Ping-pong: consumer c waits on its own barrier before issuing MMAs and then releases the
-// other's. Consumer 1 opens the first turn for consumer 0; consumer 0 closes the last one.
-// At D = 64 the consumers issue as they come (the tensor core queues them): there a tile's
-// MMAs are half as long against the same softmax, and without the turn the forward is 2.6 %
-// faster on llama1b-pack; at D = 128 the turn is kept (docs/PERFORMANCE.md v23a).
-// The epilogue's rows out (kit/rows_out.cuh) synchronize each consumer on a barrier of its
-// own, past the two of the turns.
-constexpr int kEpilogueBarrier = warpgroup::kFirstNamedBarrier + 2;  // + the consumer's index
-
-template <int D>
-struct TurnOrder {
-  static constexpr bool kTakesTurns = D == 128;
-  int mine, other;
-  __device__ explicit TurnOrder(int consumer)
-      : mine(warpgroup::kFirstNamedBarrier + consumer), other(warpgroup::kFirstNamedBarrier + 1 - consumer) {}
-  __device__ void begin() const {
-    if constexpr (kTakesTurns) warpgroup::bar_sync(mine, 256);
-  }
-  __device__ void end() const {
-    if constexpr (kTakesTurns) warpgroup::bar_arrive(other, 256);
-  }
-};
+// The epilogue's rows out (kit/rows_out.cuh) synchronize each consumer on a barrier of its own.
+constexpr int kEpilogueBarrier = warpgroup::kFirstNamedBarrier;  // + the consumer's index
 
 template <int D>
 __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, uint32_t base, int consumer_idx) {
@@ -56,8 +36,6 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   const uint32_t full0 = base + P::kFull0, empty0 = base + P::kEmpty0, ready0 = base + P::kReady0;
   const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, q = lane & 3;
-  const TurnOrder<D> turns(consumer_idx);
-  if (consumer_idx == 1) turns.end();
 
   // The producer's items (fwd_producer.cuh) arrive in the Q buffers in turn, each announced
   // by its buffer's q_full with its slot: the decoded item (or that none is left) and its
@@ -194,18 +172,15 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   };
 
   // One software pipeline over the key tiles of all the CTA's items: tile n's P·V and the
-  // next tile's S are issued in one turn, so that the tensor core computes S while this
+  // next tile's S are issued together, so that the tensor core computes S while this
   // warpgroup folds P·V(n) — and, at an item's last tile, the next item's first S while it
-  // folds and stores the item's O. The other warpgroup's turn follows a whole tile's MMAs
-  // (one handshake a tile). No data-dependent branch straddles an MMA and its wait (ptxas
-  // would serialize the wgmmas), so each item's last tile is peeled off in two forms.
+  // folds and stores the item's O. No data-dependent branch straddles an MMA and its wait
+  // (ptxas would serialize the wgmmas), so each item's last tile is peeled off in two forms.
   if (next_announced()) {
     ScoreTile sc;
     begin_item();
     mbar::wait(full0 + 8 * stage_of(0), phase_of(0));
-    turns.begin();
     issue_scores(sc, 0, q_tile(qb));
-    turns.end();
     mma::wait<0>();
     mma::pin(sc);
     softmax(sc, 0);
@@ -214,10 +189,8 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       for (int n = 0; n + 1 < tiles; ++n) {
         mbar::wait(full0 + 8 * stage_of(n + 1), phase_of(n + 1));
         float fresh[D / 8][4];
-        turns.begin();
         issue_pv(fresh, n);
         issue_scores(sc, n + 1, q_tile(qb));
-        turns.end();
         mma::wait<1>();  // P·V(n) done; S(n + 1) may still run
         fold(fresh, n);
         mma::wait<0>();
@@ -229,10 +202,8 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       float fresh[D / 8][4];
       if (next_announced()) {
         mbar::wait(full0 + 8 * stage_of(tiles), phase_of(tiles));
-        turns.begin();
         issue_pv(fresh, tiles - 1);
         issue_scores(sc, tiles, q_tile(newest_buffer()));
-        turns.end();
         mma::wait<1>();
         fold(fresh, tiles - 1);
         epilogue();
@@ -242,9 +213,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
         mma::pin(sc);
         softmax(sc, 0);
       } else {
-        turns.begin();
         issue_pv(fresh, tiles - 1);
-        turns.end();
         mma::wait<0>();
         fold(fresh, tiles - 1);
         epilogue();
@@ -252,7 +221,6 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       }
     }
   }
-  if (consumer_idx == 0) turns.begin();  // the turn consumer 1 handed over last
   rows_out_drain();
 }
 
