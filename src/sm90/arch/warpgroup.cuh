@@ -26,7 +26,7 @@ __device__ __forceinline__ void claim_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
-// Named barriers: `threads` counts every thread that syncs or arrives on `id` (a multiple of
+// Named barriers: `threads` counts every thread that syncs on `id` (a multiple of
 // 32). Ids below kFirstNamedBarrier are left to __syncthreads and libraries.
 constexpr int kFirstNamedBarrier = 8;
 __device__ __forceinline__ void bar_sync(int id, int threads) {
@@ -36,9 +36,6 @@ __device__ __forceinline__ void bar_sync(int id, int threads) {
 // are kept and issued before the barrier.
 __device__ __forceinline__ void bar_sync_after(int id, int threads, uint32_t token) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads), "r"(token) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace warpgroup
