@@ -58,11 +58,15 @@ struct KeyScales {
   float sigma;
 };
 
-// pm in (0.875, 1.75]: then pow2_scale(pm * Y) = pow2_scale(Y) for every Y a power of two
+// For pm in (0.875, 1.75], pow2_scale(pm * Y) = pow2_scale(Y) for every Y a power of two
 // (pow2_scale maps 2^y to 2^(y - 8), 448 = 1.75 * 2^8), so the row's sigma is the tile's.
-// pm = exp2(fmaf(m, c, -fl(m c))) is 1 up to the rounding of m c: it leaves that interval only
-// for |m c| >= 2^21, and NaN (no visible key yet) never is inside.
-__device__ __forceinline__ bool pm_keeps_tile_sigma(float pm) { return pm > 0.875f && pm <= 1.75f; }
+// pm = exp2(e) with e = fmaf(m, c, -fl(m c)), the rounding error of m c: |e| <= 2^-4 for
+// |m c| < 2^21. The test reads e itself, so that the choice does not wait for an exp behind
+// the other warps' exps on the exp unit: e in [-1/8, 1/2] puts ex2(e) in [0.917, 1.415]
+// (ex2.approx is within 2^-21 relative), inside the interval; rows outside it (|m c| >= 2^21,
+// NaN: no visible key yet) take the row's own sigma, which is the same value wherever pm is
+// in the interval, so the test chooses only the path, never the result.
+__device__ __forceinline__ bool keeps_tile_sigma(float e) { return e >= -0.125f && e <= 0.5f; }
 
 // A masked tile's columns from 32 kSteps on are hidden from every row of the warp (its rows
 // end before them: the causal diagonal, or the document does); they are not visited, and
@@ -136,7 +140,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float& m = tmax[e >> 1][(2 * n + (e & 1)) % kChains];
     m = ptx::max_nan(m, t);
   });
-  float pm[2];
+  float pm_log2[2];  // log2 of the tile's largest p: the rounding error of m c
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float tile_max = tmax[r][0];
@@ -146,7 +150,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     const float mc_new = __fmul_rn(m_new, c);
     // mc_prev = fl(m_prev c), recomputed rather than kept (one register pair fewer in the loop).
     out.alpha[r] = st.m[r] == -INFINITY ? 0.0f : ptx::ex2(__fsub_rn(__fmul_rn(st.m[r], c), mc_new));  // 1 if m stayed
-    pm[r] = ptx::ex2(__fmaf_rn(m_new, c, -mc_new));  // the largest p of the tile
+    pm_log2[r] = __fmaf_rn(m_new, c, -mc_new);
     st.m[r] = m_new;
     st.mc[r] = mc_new;
   }
@@ -158,7 +162,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
 #pragma unroll
     for (int k = 0; k < kChains; ++k) sum[r][k] = 0.0f;
   float inv[2];
-  if (!kMask && __all_sync(0xffffffffu, pm_keeps_tile_sigma(pm[0]) && pm_keeps_tile_sigma(pm[1]))) {
+  if (!kMask && __all_sync(0xffffffffu, keeps_tile_sigma(pm_log2[0]) && keeps_tile_sigma(pm_log2[1]))) {
     out.sigma[0] = out.sigma[1] = ks.sigma;
     inv[0] = inv[1] = 1.0f;
     probabilities<kMask, true, kSteps>(s, ks, sqc, inv, st, seen, sum);
@@ -168,7 +172,8 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
       const int i = i0 + 8 * r;
       const int last = (mask.causal ? min(i, mask.len - 1) : mask.len - 1) - n0;  // >= 0: the tile is visited
       const float y = ks.ypre[min(max(last, 0), tiles::kFwdBlockN - 1)];
-      out.sigma[r] = fmt::pow2_scale_e4m3(__fmul_rn(pm[r], y));
+      const float pm = ptx::ex2(pm_log2[r]);  // the largest p of the tile
+      out.sigma[r] = fmt::pow2_scale_e4m3(__fmul_rn(pm, y));
       inv[r] = fmt::pow2_reciprocal(out.sigma[r]);
     }
     probabilities<kMask, false, kSteps>(s, ks, sqc, inv, st, seen, sum);
