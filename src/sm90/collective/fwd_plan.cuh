@@ -31,12 +31,14 @@ struct Plan {
   // Key/value stages in flight: the producer refills a stage only after both consumers'
   // P·V of it, so two stages leave one tile of slack for the loads; more hide HBM latency.
   static constexpr int kStages = D == 128 ? 3 : 4;
-  // Registers per thread after setmaxnreg: 128 * 24 + 256 * 240 = 384 * 168, the CTA's
+  // Registers per thread after setmaxnreg: 128 * 40 + 256 * 232 = 384 * 168, the CTA's
   // allocation at launch. The consumers hold O (D/2 per thread), the tile's fresh P·V product
-  // (D/2) and the next tile's scores (64, in flight) at once; the producer warp only issues
-  // TMA and copies scales, the key-scale warp scans 4 scales a lane.
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  // (D/2) and the next tile's scores (64, in flight) at once, which 232 still holds without
+  // spills (224 does not, at D = 128); the producer warp issues TMA and copies scales, the
+  // key-scale warp scans 4 scales a lane — at 24 registers they spilled 104-112 bytes, at 40
+  // 12-16.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
 
   // Operand rows: Q and K rows are one token's D codes (D-byte swizzle), Vᵀ rows one d's 128
   // key codes (128-byte swizzle).
