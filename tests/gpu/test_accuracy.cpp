@@ -126,9 +126,9 @@ INSTANTIATE_TEST_SUITE_P(Gpu, Shapes, ::testing::ValuesIn(shape_params()),
 // and any accumulation), S c ~2^23-2^27, where m c's rounding moves pm = exp2(fmaf(m, c,
 // -fl(m c))) anywhere between 2^-8 and 2^8 (ALGORITHM.md §2 step 5). Rows past the first 128
 // of each document see whole key tiles, where the fast forward uses the tile's sigma only when
-// every row of the warp has pm in [0.917, 1.415] (fwd_softmax.cuh, inside (0.875, 1.75]); a row left at the tile's sigma with pm > 1.75
-// saturates P8 and its O leaves the specification's (a probe that always took the tile's sigma
-// failed here).
+// every row of the warp has pm in [0.917, 1.415] (fwd_softmax.cuh; inside (0.875, 1.75]); a
+// row left at the tile's sigma with pm > 1.75 saturates P8 and its O leaves the
+// specification's (a probe that always took the tile's sigma failed here).
 TEST(GpuHugeLogits, RowSigmaOnWholeTilesMatchesSpec) {
   for (int d : {64, 128}) {
     const Case c = make_case(cu_from_lengths({300, 257}), FLAMIA_RECIPE_FP8, d, 2, 1, true);

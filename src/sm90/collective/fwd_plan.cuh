@@ -35,8 +35,8 @@ struct Plan {
   // allocation at launch. The consumers hold O (D/2 per thread), the tile's fresh P·V product
   // (D/2) and the next tile's scores (64, in flight) at once, which 232 still holds without
   // spills (224 does not, at D = 128); the producer warp issues TMA and copies scales, the
-  // key-scale warp scans 4 scales a lane — at 24 registers they spilled 104-112 bytes, at 40
-  // 12-16.
+  // key-scale warp scans 4 scales a lane — at 24 registers they spilled 104-120 bytes, at 40
+  // 12-20.
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
 
