@@ -51,6 +51,9 @@ void validate(const EmulationConfig& cfg) {
         "(a tile-local sigma can shrink without bound between tiles and overflow the carried accumulator)");
   if (cfg.dp_bf16 && cfg.scheme != Scheme::PerToken)
     throw std::invalid_argument("EmulationConfig::dp_bf16: needs scheme = Scheme::PerToken");
+  if (cfg.dq_ds_e4m3 && (cfg.recipe != FLAMIA_RECIPE_FP8_MIXED || cfg.scheme == Scheme::Bf16))
+    throw std::invalid_argument(
+        "EmulationConfig::dq_ds_e4m3: needs recipe = FLAMIA_RECIPE_FP8_MIXED and an FP8 scheme (fp8's dS is E4M3 already)");
   if (o.pv_operand == PvOperand::Bf16 && (cfg.scheme != Scheme::PerToken || o.p_ref != PRef::Running))
     throw std::invalid_argument(
         "EmulationConfig::fwd.pv_operand: PvOperand::Bf16 needs scheme = Scheme::PerToken and p_ref = PRef::Running");
@@ -569,13 +572,14 @@ PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const O
 // Which of the backward's tile products are FP8 (the rest are BF16): recipe fp8 all of them,
 // fp8_mixed none (dO Vᵀ, a product over D like S, is FP8 whenever the scheme is).
 struct BackwardPrecision {
-  bool pdo_fp8;  // P^T dO (dV)
-  bool ds_fp8;   // dS^T Q (dK) and dS K (dQ)
+  bool pdo_fp8;     // P^T dO (dV)
+  bool ds_fp8;      // dS^T Q (dK) and dS K (dQ)
+  bool dq_ds_e4m3;  // fp8_mixed: dQ's BF16 operand rounded to E4M3 values first
 };
 
 BackwardPrecision backward_precision(const EmulationConfig& cfg) {
   const bool fp8 = cfg.scheme != Scheme::Bf16 && cfg.recipe == FLAMIA_RECIPE_FP8;
-  return {fp8, fp8};
+  return {fp8, fp8, cfg.dq_ds_e4m3};
 }
 
 // One tile product reduced over tokens, added to acc: acc[d] += scale * sum_r x[r] * rows[r][d]
@@ -684,6 +688,12 @@ void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices
           x[r] = prec.ds_fp8 ? ds * k8.s(base + n0 + r, kvh) : ds;
         }
         const float scale = round_tile_operand(x.data(), w, prec.ds_fp8);
+        if (prec.dq_ds_e4m3) {
+          // bf16(dS) to E4M3 values, then the BF16 operand they make (round_bf16 matters only
+          // below BF16's normal range; a NaN rho makes the whole row NaN).
+          const float rho = round_tile_operand(x.data(), w, true);
+          for (int r = 0; r < w; ++r) x[r] = fmt::round_bf16(x[r] * rho);
+        }
         add_tile_product(cfg, prec.ds_fp8, x.data(), scale, 0, w, D,
                          [&](int r) { return prec.ds_fp8 ? k8.row(base + n0 + r, kvh) : k8.bf16_row(base + n0 + r, kvh); },
                          col, tile.data(), acc.data());

@@ -122,6 +122,13 @@ struct EmulationConfig {
   // their FP8 codes: with fwd.pv_operand = Bf16, the V that made O (and so D = rowsum(dO O))
   // is the V of dP again (NUMERICS.md §7). Per-token scheme only.
   bool dp_bf16 = false;
+  // fp8_mixed's dQ operand dS rounded to E4M3 values (ALGORITHM.md §3): per key tile,
+  // x_j = bf16(dS[i,j]), rho = pow2_scale(max_j |x_j|), and dQ's A operand the BF16 values
+  // bf16(e4m3(x_j / rho) * rho) (exact but where they fall below BF16's normal range), times
+  // the BF16 k as fp8_mixed's product. The kernels' stored dS would then hold one byte a score
+  // (and rho a row) instead of two; dK's operand stays bf16(dS). Recipe fp8_mixed with an FP8
+  // scheme; the GPU kernels do not run it yet.
+  bool dq_ds_e4m3 = false;
 };
 
 // Throws std::invalid_argument naming the field when cfg.fwd is not a valid combination

@@ -201,7 +201,11 @@ struct Literal {
             if (js.empty()) continue;
             std::vector<float> y;
             for (int j : js) y.push_back(ds_fp8 ? dS(i, j, h) * k.sc(base + j, kvh(h)) : dS(i, j, h));
-            const float rho = literal_round(y, ds_fp8);
+            float rho = literal_round(y, ds_fp8);
+            if (cfg.dq_ds_e4m3) {  // y = bf16(dS) here
+              const float r = literal_round(y, true);
+              for (float& e : y) e = fmt::round_bf16(e * r);
+            }
             for (int d = 0; d < D; ++d) {
               float t = 0.0f;
               for (size_t n = 0; n < js.size(); ++n)
@@ -226,7 +230,8 @@ void expect_bits_equal(const Bits& a, const Bits& b, const char* what) {
 // (test_tensor_core.cpp, test_wgmma_spec.cpp).
 void expect_matches_literal(const Pack& pk, EmulationConfig cfg) {
   cfg = with_accumulation(cfg, Accumulation::Fp32);
-  SCOPED_TRACE(std::string(scheme_name(cfg.scheme)) + " " + recipe_name(cfg.recipe) + " " + describe(pk));
+  SCOPED_TRACE(std::string(scheme_name(cfg.scheme)) + " " + recipe_name(cfg.recipe) + (cfg.dq_ds_e4m3 ? " dq_ds_e4m3 " : " ") +
+               describe(pk));
   const Outputs got = run_emulation(pk, cfg, true);
   const Literal lit(pk, cfg);
   Bits o(got.o.size()), dq(got.dq.size()), dk(got.dk.size()), dv(got.dv.size());
@@ -254,6 +259,10 @@ TEST(EmulationSpec, MatchesLiteralTranscriptionBitwiseSmallTiles) {
         EmulationConfig cfg = config(s, r);
         cfg.tiling = {8, 16, 4};
         expect_matches_literal(random_pack({1, 19, 2, 33, 8}, 4, 2, 16, causal, 21), cfg);
+        if (r == FLAMIA_RECIPE_FP8_MIXED && s != Scheme::Bf16) {
+          cfg.dq_ds_e4m3 = true;
+          expect_matches_literal(random_pack({1, 19, 2, 33, 8}, 4, 2, 16, causal, 21), cfg);
+        }
       }
 }
 

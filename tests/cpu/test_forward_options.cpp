@@ -17,6 +17,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
@@ -104,6 +105,18 @@ TEST(ForwardOptions, InvalidCombinationsNameTheField) {
       FAIL() << "headroom " << k << " was accepted";
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find("p_headroom_log2"), std::string::npos) << e.what();
+    }
+  }
+  // dq_ds_e4m3 is fp8_mixed's option: fp8's dS is E4M3 already, the bf16 scheme has no FP8.
+  for (auto [scheme, recipe] : {std::pair{Scheme::PerToken, FLAMIA_RECIPE_FP8},
+                                std::pair{Scheme::Bf16, FLAMIA_RECIPE_FP8_MIXED}}) {
+    EmulationConfig cfg = config(scheme, recipe);
+    cfg.dq_ds_e4m3 = true;
+    try {
+      run_emulation(pk, cfg, true);
+      FAIL() << "dq_ds_e4m3 with " << scheme_name(scheme) << " " << recipe_name(recipe) << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("dq_ds_e4m3"), std::string::npos) << e.what();
     }
   }
 }

@@ -79,9 +79,16 @@ std::vector<int> probe_docs(const Pack& pk, std::mt19937_64& rng) {
 // ---------------------------------------------------------------------------------------
 // Causal safety and document isolation hold bitwise for per-token scales.
 // ---------------------------------------------------------------------------------------
-void expect_causally_safe(flamia_recipe recipe) {
-  const EmulationConfig cfg = config(Scheme::PerToken, recipe);
-  std::mt19937_64 rng(7 + recipe);
+// fp8_mixed with dQ's dS operand rounded to E4M3 (EmulationConfig::dq_ds_e4m3): a
+// per-(query, key tile) scale, which must see no later key of the row.
+EmulationConfig mixed_dq_e4m3() {
+  EmulationConfig cfg = config(Scheme::PerToken, FLAMIA_RECIPE_FP8_MIXED);
+  cfg.dq_ds_e4m3 = true;
+  return cfg;
+}
+
+void expect_causally_safe(const EmulationConfig& cfg, uint64_t seed) {
+  std::mt19937_64 rng(seed);
   int checks = 0;
   for (const Shape& s : property_shapes()) {
     const Pack pk = random_pack(s.lengths, s.hq, s.hkv, s.dim, true, rng());
@@ -103,12 +110,14 @@ void expect_causally_safe(flamia_recipe recipe) {
   EXPECT_GT(checks, 50);
 }
 
-TEST(PropertyCausalSafety, PerTokenFp8Bitwise) { expect_causally_safe(FLAMIA_RECIPE_FP8); }
-TEST(PropertyCausalSafety, PerTokenFp8MixedBitwise) { expect_causally_safe(FLAMIA_RECIPE_FP8_MIXED); }
+TEST(PropertyCausalSafety, PerTokenFp8Bitwise) { expect_causally_safe(config(Scheme::PerToken, FLAMIA_RECIPE_FP8), 7); }
+TEST(PropertyCausalSafety, PerTokenFp8MixedBitwise) {
+  expect_causally_safe(config(Scheme::PerToken, FLAMIA_RECIPE_FP8_MIXED), 8);
+}
+TEST(PropertyCausalSafety, PerTokenFp8MixedDqE4m3Bitwise) { expect_causally_safe(mixed_dq_e4m3(), 9); }
 
-void expect_documents_isolated(flamia_recipe recipe) {
-  const EmulationConfig cfg = config(Scheme::PerToken, recipe);
-  std::mt19937_64 rng(17 + recipe);
+void expect_documents_isolated(const EmulationConfig& cfg, uint64_t seed) {
+  std::mt19937_64 rng(seed);
   int checks = 0;
   for (const Shape& s : property_shapes())
     for (bool causal : {true, false}) {
@@ -128,8 +137,13 @@ void expect_documents_isolated(flamia_recipe recipe) {
   EXPECT_GT(checks, 50);
 }
 
-TEST(PropertyDocIsolation, PerTokenFp8Bitwise) { expect_documents_isolated(FLAMIA_RECIPE_FP8); }
-TEST(PropertyDocIsolation, PerTokenFp8MixedBitwise) { expect_documents_isolated(FLAMIA_RECIPE_FP8_MIXED); }
+TEST(PropertyDocIsolation, PerTokenFp8Bitwise) {
+  expect_documents_isolated(config(Scheme::PerToken, FLAMIA_RECIPE_FP8), 17);
+}
+TEST(PropertyDocIsolation, PerTokenFp8MixedBitwise) {
+  expect_documents_isolated(config(Scheme::PerToken, FLAMIA_RECIPE_FP8_MIXED), 18);
+}
+TEST(PropertyDocIsolation, PerTokenFp8MixedDqE4m3Bitwise) { expect_documents_isolated(mixed_dq_e4m3(), 19); }
 
 // ---------------------------------------------------------------------------------------
 // The same checks find the leak of shared scales: per-tensor (every position, every
@@ -237,6 +251,25 @@ void expect_accurate(flamia_recipe recipe) {
 
 TEST(PropertyAccuracy, Fp8WithinBoundsVsFloat64) { expect_accurate(FLAMIA_RECIPE_FP8); }
 TEST(PropertyAccuracy, Fp8MixedWithinBoundsVsFloat64) { expect_accurate(FLAMIA_RECIPE_FP8_MIXED); }
+
+// dq_ds_e4m3 changes fp8_mixed's dQ alone: O, LSE, dK and dV are its bits, and dQ is within
+// fp8's bound but not fp8_mixed's bits (the option is live).
+TEST(PropertyAccuracy, Fp8MixedDqE4m3ChangesOnlyDq) {
+  for (const Pack& pk : accuracy_packs()) {
+    SCOPED_TRACE(describe(pk));
+    const ExactOutputs ex = run_exact(pk, true);
+    const Outputs mixed = run_emulation(pk, config(Scheme::PerToken, FLAMIA_RECIPE_FP8_MIXED), true);
+    const Outputs dq8 = run_emulation(pk, mixed_dq_e4m3(), true);
+    const Errors em = errors(mixed, ex), e8 = errors(dq8, ex);
+    std::printf("  fp8_mixed dQ %.4f, with dq_ds_e4m3 %.4f (%s)\n", em.dq, e8.dq, describe(pk).c_str());
+    EXPECT_EQ(dq8.o, mixed.o);
+    EXPECT_EQ(dq8.dk, mixed.dk);
+    EXPECT_EQ(dq8.dv, mixed.dv);
+    EXPECT_NE(dq8.dq, mixed.dq);
+    EXPECT_LT(e8.dq, 0.082);  // measured up to 0.0632 on these packs, times 1.3
+    EXPECT_GT(e8.dq, em.dq);  // E4M3 is coarser than BF16
+  }
+}
 
 // ---------------------------------------------------------------------------------------
 // Tokens without a loss term have dO = 0 exactly (in packed training, every document's last
