@@ -77,7 +77,7 @@ int doc_for_isolation(const Pack& pk) {
 struct Row {
   Scheme scheme;
   flamia_recipe recipe;
-  bool dq_ds_e4m3;  // EmulationConfig::dq_ds_e4m3
+  DqOperand dq_operand;  // fp8_mixed's (EmulationConfig::dq_operand)
   Errors normal, outlier;
   double loud4 = 0, loud5 = 0;
   bool causal_safe = true, isolated = true;
@@ -375,17 +375,18 @@ int main(int argc, char** argv) {
   const ExactOutputs ex_loud5 = run_exact(loud5, false);
 
   std::vector<Row> rows;
-  // fp8_mixed with dQ's dS operand rounded to E4M3 (EmulationConfig::dq_ds_e4m3), per-token only.
+  // fp8_mixed with the E4M3 dQ operands (EmulationConfig::dq_operand), per-token only.
   struct Case {
     Scheme scheme;
     flamia_recipe recipe;
-    bool dq_ds_e4m3;
+    DqOperand dq_operand;
   };
   std::vector<Case> cases;
   for (Scheme scheme : {Scheme::PerToken, Scheme::PerTensor, Scheme::TokenBlock32, Scheme::Bf16}) {
-    cases.push_back({scheme, FLAMIA_RECIPE_FP8, false});
-    cases.push_back({scheme, FLAMIA_RECIPE_FP8_MIXED, false});
-    if (scheme == Scheme::PerToken) cases.push_back({scheme, FLAMIA_RECIPE_FP8_MIXED, true});
+    cases.push_back({scheme, FLAMIA_RECIPE_FP8, DqOperand::Bf16});
+    cases.push_back({scheme, FLAMIA_RECIPE_FP8_MIXED, DqOperand::Bf16});
+    if (scheme == Scheme::PerToken)
+      for (DqOperand dq : {DqOperand::E4m3, DqOperand::E4m3K8}) cases.push_back({scheme, FLAMIA_RECIPE_FP8_MIXED, dq});
   }
   for (const Case& c : cases) {
     const Scheme scheme = c.scheme;
@@ -398,8 +399,8 @@ int main(int argc, char** argv) {
     EmulationConfig cfg;
     cfg.scheme = scheme;
     cfg.recipe = recipe;
-    cfg.dq_ds_e4m3 = c.dq_ds_e4m3;
-    Row row{scheme, recipe, c.dq_ds_e4m3, {}, {}};
+    cfg.dq_operand = c.dq_operand;
+    Row row{scheme, recipe, c.dq_operand, {}, {}};
     const Outputs base = run_emulation(normal, cfg, true);
     row.normal = errors(base, ex_normal);
     row.outlier = errors(run_emulation(outlier, cfg, true), ex_outlier);
@@ -412,11 +413,15 @@ int main(int argc, char** argv) {
   std::printf("| scheme | recipe | O | LSE | dQ | dK | dV | outl. O | outl. LSE | outl. dQ | outl. dK | outl. dV |"
               " quiet O, 1e4 loud | quiet O, 1e5 loud | causal safe | doc isolated |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (const Row& r : rows)
+  for (const Row& r : rows) {
+    const char* recipe = r.dq_operand == DqOperand::E4m3     ? "fp8_mixed, dQ e4m3"
+                         : r.dq_operand == DqOperand::E4m3K8 ? "fp8_mixed, dQ e4m3 x k8"
+                                                             : recipe_name(r.recipe);
     std::printf("| %s | %s | %.4f | %.1e | %.4f | %.4f | %.4f | %.4f | %.1e | %.4f | %.4f | %.4f | %.4f | %.4f | %s | %s |\n",
-                scheme_name(r.scheme), r.dq_ds_e4m3 ? "fp8_mixed, dQ's dS e4m3" : recipe_name(r.recipe), r.normal.o, r.normal.lse, r.normal.dq, r.normal.dk,
+                scheme_name(r.scheme), recipe, r.normal.o, r.normal.lse, r.normal.dq, r.normal.dk,
                 r.normal.dv, r.outlier.o, r.outlier.lse, r.outlier.dq, r.outlier.dk, r.outlier.dv, r.loud4, r.loud5,
                 r.causal_safe ? "yes" : "NO", r.isolated ? "yes" : "NO");
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("\n(bf16 ignores the recipe: no FP8 anywhere; %.1f s)\n", secs);
   return 0;

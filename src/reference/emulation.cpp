@@ -51,9 +51,10 @@ void validate(const EmulationConfig& cfg) {
         "(a tile-local sigma can shrink without bound between tiles and overflow the carried accumulator)");
   if (cfg.dp_bf16 && cfg.scheme != Scheme::PerToken)
     throw std::invalid_argument("EmulationConfig::dp_bf16: needs scheme = Scheme::PerToken");
-  if (cfg.dq_ds_e4m3 && (cfg.recipe != FLAMIA_RECIPE_FP8_MIXED || cfg.scheme == Scheme::Bf16))
+  if (cfg.dq_operand != DqOperand::Bf16 && (cfg.recipe != FLAMIA_RECIPE_FP8_MIXED || cfg.scheme == Scheme::Bf16))
     throw std::invalid_argument(
-        "EmulationConfig::dq_ds_e4m3: needs recipe = FLAMIA_RECIPE_FP8_MIXED and an FP8 scheme (fp8's dS is E4M3 already)");
+        "EmulationConfig::dq_operand: the E4M3 forms need recipe = FLAMIA_RECIPE_FP8_MIXED and an FP8 scheme "
+        "(fp8's dS is E4M3 already)");
   if (o.pv_operand == PvOperand::Bf16 && (cfg.scheme != Scheme::PerToken || o.p_ref != PRef::Running))
     throw std::invalid_argument(
         "EmulationConfig::fwd.pv_operand: PvOperand::Bf16 needs scheme = Scheme::PerToken and p_ref = PRef::Running");
@@ -572,14 +573,14 @@ PairMatrices pair_matrices(const Problem& p, const EmulationConfig& cfg, const O
 // Which of the backward's tile products are FP8 (the rest are BF16): recipe fp8 all of them,
 // fp8_mixed none (dO Vᵀ, a product over D like S, is FP8 whenever the scheme is).
 struct BackwardPrecision {
-  bool pdo_fp8;     // P^T dO (dV)
-  bool ds_fp8;      // dS^T Q (dK) and dS K (dQ)
-  bool dq_ds_e4m3;  // fp8_mixed: dQ's BF16 operand rounded to E4M3 values first
+  bool pdo_fp8;           // P^T dO (dV)
+  bool ds_fp8;            // dS^T Q (dK) and, recipe fp8, dS K (dQ)
+  DqOperand dq_operand;   // fp8_mixed's dQ operand
 };
 
 BackwardPrecision backward_precision(const EmulationConfig& cfg) {
   const bool fp8 = cfg.scheme != Scheme::Bf16 && cfg.recipe == FLAMIA_RECIPE_FP8;
-  return {fp8, fp8, cfg.dq_ds_e4m3};
+  return {fp8, fp8, cfg.dq_operand};
 }
 
 // One tile product reduced over tokens, added to acc: acc[d] += scale * sum_r x[r] * rows[r][d]
@@ -683,19 +684,23 @@ void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices
       const int jend = key_end(i, L, p.causal);
       for (int n0 = 0; n0 < jend; n0 += BN) {
         const int w = std::min(n0 + BN, jend) - n0;
+        // E4m3K8: fp8's product (E4M3 steps over K's codes) of x = bf16(bf16(dS) sk).
+        const bool codes = prec.ds_fp8 || prec.dq_operand == DqOperand::E4m3K8;
         for (int r = 0; r < w; ++r) {
-          const float ds = pm.dS[size_t(i) * L + n0 + r];
-          x[r] = prec.ds_fp8 ? ds * k8.s(base + n0 + r, kvh) : ds;
+          const float ds = pm.dS[size_t(i) * L + n0 + r], sk = k8.s(base + n0 + r, kvh);
+          if (prec.ds_fp8) x[r] = ds * sk;
+          else if (prec.dq_operand == DqOperand::E4m3K8) x[r] = fmt::round_bf16(fmt::round_bf16(ds) * sk);
+          else x[r] = ds;
         }
-        const float scale = round_tile_operand(x.data(), w, prec.ds_fp8);
-        if (prec.dq_ds_e4m3) {
+        const float scale = round_tile_operand(x.data(), w, codes);
+        if (prec.dq_operand == DqOperand::E4m3) {
           // bf16(dS) to E4M3 values, then the BF16 operand they make (round_bf16 matters only
           // below BF16's normal range; a NaN rho makes the whole row NaN).
           const float rho = round_tile_operand(x.data(), w, true);
           for (int r = 0; r < w; ++r) x[r] = fmt::round_bf16(x[r] * rho);
         }
-        add_tile_product(cfg, prec.ds_fp8, x.data(), scale, 0, w, D,
-                         [&](int r) { return prec.ds_fp8 ? k8.row(base + n0 + r, kvh) : k8.bf16_row(base + n0 + r, kvh); },
+        add_tile_product(cfg, codes, x.data(), scale, 0, w, D,
+                         [&](int r) { return codes ? k8.row(base + n0 + r, kvh) : k8.bf16_row(base + n0 + r, kvh); },
                          col, tile.data(), acc.data());
       }
       uint16_t* out = dq + (size_t(base + i) * p.hq + h) * D;

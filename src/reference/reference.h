@@ -112,6 +112,16 @@ struct ForwardOptions {
   PvOperand pv_operand = PvOperand::Fp8;
 };
 
+// fp8_mixed's dQ operand (ALGORITHM.md §3). The E4M3 forms are what a stored dS of one byte a
+// score (and a scale a row) computes; the GPU kernels do not run them yet.
+enum class DqOperand {
+  Bf16,   // bf16(dS) times the BF16 k: fp8_mixed as defined
+  E4m3,   // x = bf16(dS), per key tile rho = pow2_scale(max_j |x_j|), the BF16 values
+          // bf16(q8(x, rho) * rho) times the BF16 k in fp8_mixed's BF16 steps
+  E4m3K8  // x = bf16(bf16(dS) * sk), rho as above, q8(x, rho) times K's codes k8 in E4M3 steps
+          // (fresh accumulator, fmaf fold with rho): fp8's dQ product over fp8_mixed's dS
+};
+
 struct EmulationConfig {
   flamia_recipe recipe = FLAMIA_RECIPE_FP8;
   Scheme scheme = Scheme::PerToken;
@@ -122,13 +132,9 @@ struct EmulationConfig {
   // their FP8 codes: with fwd.pv_operand = Bf16, the V that made O (and so D = rowsum(dO O))
   // is the V of dP again (NUMERICS.md §7). Per-token scheme only.
   bool dp_bf16 = false;
-  // fp8_mixed's dQ operand dS rounded to E4M3 values (ALGORITHM.md §3): per key tile,
-  // x_j = bf16(dS[i,j]), rho = pow2_scale(max_j |x_j|), and dQ's A operand the BF16 values
-  // bf16(e4m3(x_j / rho) * rho) (exact but where they fall below BF16's normal range), times
-  // the BF16 k as fp8_mixed's product. The kernels' stored dS would then hold one byte a score
-  // (and rho a row) instead of two; dK's operand stays bf16(dS). Recipe fp8_mixed with an FP8
-  // scheme; the GPU kernels do not run it yet.
-  bool dq_ds_e4m3 = false;
+  // fp8_mixed's dQ operand (DqOperand); dK's stays bf16(dS). Recipe fp8_mixed with an FP8
+  // scheme for the E4M3 forms.
+  DqOperand dq_operand = DqOperand::Bf16;
 };
 
 // Throws std::invalid_argument naming the field when cfg.fwd is not a valid combination

@@ -200,16 +200,20 @@ struct Literal {
               if (visible(i, j, L)) js.push_back(j);
             if (js.empty()) continue;
             std::vector<float> y;
-            for (int j : js) y.push_back(ds_fp8 ? dS(i, j, h) * k.sc(base + j, kvh(h)) : dS(i, j, h));
-            float rho = literal_round(y, ds_fp8);
-            if (cfg.dq_ds_e4m3) {  // y = bf16(dS) here
+            const bool k8 = cfg.dq_operand == DqOperand::E4m3K8, codes = ds_fp8 || k8;
+            for (int j : js) {
+              const float ds = dS(i, j, h), sk = k.sc(base + j, kvh(h));
+              y.push_back(ds_fp8 ? ds * sk : k8 ? fmt::round_bf16(fmt::round_bf16(ds) * sk) : ds);
+            }
+            float rho = literal_round(y, codes);
+            if (cfg.dq_operand == DqOperand::E4m3) {  // y = bf16(dS) here
               const float r = literal_round(y, true);
               for (float& e : y) e = fmt::round_bf16(e * r);
             }
             for (int d = 0; d < D; ++d) {
               float t = 0.0f;
               for (size_t n = 0; n < js.size(); ++n)
-                t += y[n] * (ds_fp8 ? k.e(base + js[n], kvh(h), d) : k.r(base + js[n], kvh(h), d));
+                t += y[n] * (codes ? k.e(base + js[n], kvh(h), d) : k.r(base + js[n], kvh(h), d));
               acc[d] += rho * t;
             }
           }
@@ -230,7 +234,7 @@ void expect_bits_equal(const Bits& a, const Bits& b, const char* what) {
 // (test_tensor_core.cpp, test_wgmma_spec.cpp).
 void expect_matches_literal(const Pack& pk, EmulationConfig cfg) {
   cfg = with_accumulation(cfg, Accumulation::Fp32);
-  SCOPED_TRACE(std::string(scheme_name(cfg.scheme)) + " " + recipe_name(cfg.recipe) + (cfg.dq_ds_e4m3 ? " dq_ds_e4m3 " : " ") +
+  SCOPED_TRACE(std::string(scheme_name(cfg.scheme)) + " " + recipe_name(cfg.recipe) + " dq_operand " + std::to_string(int(cfg.dq_operand)) + " " +
                describe(pk));
   const Outputs got = run_emulation(pk, cfg, true);
   const Literal lit(pk, cfg);
@@ -259,10 +263,11 @@ TEST(EmulationSpec, MatchesLiteralTranscriptionBitwiseSmallTiles) {
         EmulationConfig cfg = config(s, r);
         cfg.tiling = {8, 16, 4};
         expect_matches_literal(random_pack({1, 19, 2, 33, 8}, 4, 2, 16, causal, 21), cfg);
-        if (r == FLAMIA_RECIPE_FP8_MIXED && s != Scheme::Bf16) {
-          cfg.dq_ds_e4m3 = true;
-          expect_matches_literal(random_pack({1, 19, 2, 33, 8}, 4, 2, 16, causal, 21), cfg);
-        }
+        if (r == FLAMIA_RECIPE_FP8_MIXED && s != Scheme::Bf16)
+          for (DqOperand dq : {DqOperand::E4m3, DqOperand::E4m3K8}) {
+            cfg.dq_operand = dq;
+            expect_matches_literal(random_pack({1, 19, 2, 33, 8}, 4, 2, 16, causal, 21), cfg);
+          }
       }
 }
 

@@ -107,16 +107,16 @@ TEST(ForwardOptions, InvalidCombinationsNameTheField) {
       EXPECT_NE(std::string(e.what()).find("p_headroom_log2"), std::string::npos) << e.what();
     }
   }
-  // dq_ds_e4m3 is fp8_mixed's option: fp8's dS is E4M3 already, the bf16 scheme has no FP8.
+  // The E4M3 dQ operands are fp8_mixed's: fp8's dS is E4M3 already, the bf16 scheme has no FP8.
   for (auto [scheme, recipe] : {std::pair{Scheme::PerToken, FLAMIA_RECIPE_FP8},
                                 std::pair{Scheme::Bf16, FLAMIA_RECIPE_FP8_MIXED}}) {
     EmulationConfig cfg = config(scheme, recipe);
-    cfg.dq_ds_e4m3 = true;
+    cfg.dq_operand = DqOperand::E4m3;
     try {
       run_emulation(pk, cfg, true);
-      FAIL() << "dq_ds_e4m3 with " << scheme_name(scheme) << " " << recipe_name(recipe) << " was accepted";
+      FAIL() << "an E4M3 dq_operand with " << scheme_name(scheme) << " " << recipe_name(recipe) << " was accepted";
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("dq_ds_e4m3"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("dq_operand"), std::string::npos) << e.what();
     }
   }
 }
