@@ -676,6 +676,8 @@ void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices
                 const Operand& k8, int64_t base, int L, int q0, int h, int kvh, uint16_t* dq) {
   const int D = p.head_dim, BN = cfg.tiling.bwd_block_n;
   const BackwardPrecision prec = backward_precision(cfg);
+  // E4m3K8: fp8's product (E4M3 steps over K's codes) of x = bf16(bf16(dS) sk).
+  const bool codes = prec.ds_fp8 || prec.dq_operand == DqOperand::E4m3K8;
   for_rows(L, [&](int first, int stride) {
     std::vector<float> x(BN), tile(D), acc(D), col;
     for (int i = first; i < L; i += stride) {
@@ -684,8 +686,6 @@ void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices
       const int jend = key_end(i, L, p.causal);
       for (int n0 = 0; n0 < jend; n0 += BN) {
         const int w = std::min(n0 + BN, jend) - n0;
-        // E4m3K8: fp8's product (E4M3 steps over K's codes) of x = bf16(bf16(dS) sk).
-        const bool codes = prec.ds_fp8 || prec.dq_operand == DqOperand::E4m3K8;
         for (int r = 0; r < w; ++r) {
           const float ds = pm.dS[size_t(i) * L + n0 + r], sk = k8.s(base + n0 + r, kvh);
           if (prec.ds_fp8) x[r] = ds * sk;

@@ -205,7 +205,7 @@ struct Literal {
               const float ds = dS(i, j, h), sk = k.sc(base + j, kvh(h));
               y.push_back(ds_fp8 ? ds * sk : k8 ? fmt::round_bf16(fmt::round_bf16(ds) * sk) : ds);
             }
-            float rho = literal_round(y, codes);
+            const float rho = literal_round(y, codes);
             if (cfg.dq_operand == DqOperand::E4m3) {  // y = bf16(dS) here
               const float r = literal_round(y, true);
               for (float& e : y) e = fmt::round_bf16(e * r);
@@ -234,8 +234,8 @@ void expect_bits_equal(const Bits& a, const Bits& b, const char* what) {
 // (test_tensor_core.cpp, test_wgmma_spec.cpp).
 void expect_matches_literal(const Pack& pk, EmulationConfig cfg) {
   cfg = with_accumulation(cfg, Accumulation::Fp32);
-  SCOPED_TRACE(std::string(scheme_name(cfg.scheme)) + " " + recipe_name(cfg.recipe) + " dq_operand " + std::to_string(int(cfg.dq_operand)) + " " +
-               describe(pk));
+  SCOPED_TRACE(std::string(scheme_name(cfg.scheme)) + " " + recipe_name(cfg.recipe) + " dq_operand " +
+               std::to_string(int(cfg.dq_operand)) + " " + describe(pk));
   const Outputs got = run_emulation(pk, cfg, true);
   const Literal lit(pk, cfg);
   Bits o(got.o.size()), dq(got.dq.size()), dk(got.dk.size()), dv(got.dv.size());
