@@ -33,6 +33,10 @@ struct Plan {
   // Key/value stages in flight: the producer refills a stage only after both consumers'
   // P·V of it, so two stages leave one tile of slack for the loads; more hide HBM latency.
   static constexpr int kStages = D == 128 ? 3 : 4;
+  // A consumer may hold its last tile's stage and leave the item's one tile more (a 192-row
+  // item's last consumer sees one more on the diagonal) unreleased while it waits for the next
+  // item's first: with two stages that wait would be on itself (fwd_consumer.cuh).
+  static_assert(kStages >= 3, "consumers that compute fewer of an item's tiles need a third stage");
   // Registers per thread after setmaxnreg, within the 64 K of the SM: at D = 128,
   // 128 * 40 + 256 * 232 = 384 * 168, the CTA's allocation at launch. The consumers hold O
   // (D/2 per thread), the tile's fresh P·V product (D/2) and the next tile's scores (64, in
