@@ -16,8 +16,9 @@
 //
 // A consumer computes the key tiles its own rows see (consumer_key_tiles, fwd_plan.cuh): on
 // the causal diagonal of a 192-row item one fewer than the item's last consumer, and none in
-// an item whose rows it has none of (past the document, before q_start). It releases the
-// stages of the tiles it does not compute as they land, holding no stage of its own then.
+// an item whose rows it has none of (a document's short first item, rows before q_start).
+// It releases the stages of the tiles it does not compute as they land, holding no stage of
+// its own then.
 #pragma once
 
 #include <cmath>
@@ -61,6 +62,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   Item item;
   int qb = 0;
   int mine = 0;
+  int m0 = 0;  // this warpgroup's first row, document-local
   int i0 = 0;  // this lane's first row, document-local
   float sq[2], sqc[2];
   float acc[D / 8][4];
@@ -73,7 +75,8 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     item = reinterpret_cast<const ItemSlot*>(slot)->item;
     mine = consumer_key_tiles<D>(item, p.causal, consumer_idx);
     const int r0 = consumer_idx * P::kRowsPerConsumer + 16 * warp + g;  // in the item's tile
-    i0 = item.dt.tile * P::kBlockM + r0;
+    m0 = item_rows<D>(item.dt).first + consumer_idx * P::kRowsPerConsumer;
+    i0 = m0 + 16 * warp + g;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float rows_sq = reinterpret_cast<const float*>(slot + P::kSlotSq)[r0 + 8 * r];
@@ -137,7 +140,6 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
                        *reinterpret_cast<const float*>(st + P::kSigma)};
     const int n0 = n * P::kBlockN;
     const DocMask mask{item.dt.len, p.causal};
-    const int m0 = item.dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer;  // this warpgroup's first row
     if (mask_needed_for_rows(mask, m0, n0, P::kBlockN)) {
       // A warp whose rows see none of the tile's last 64 keys (the first consumer's on the
       // causal diagonal; rows that end the document early in the tile) skips those two key
@@ -192,7 +194,6 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   // the document are not stored. The warpgroup's 64 rows leave by one TMA store when all are
   // the document's (the branch is the warpgroup's: one item), else row by row.
   auto epilogue = [&]() {
-    const int m0 = item.dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer;
     const float inv_l[2] = {__frcp_rn(rows.l[0]), __frcp_rn(rows.l[1])};
     store_rows<D>(p.rows_by_tma, base + P::out_tile(consumer_idx), p.o_rows, p.out + item.h * D, int64_t(p.hq) * D,
                   item.h, item.dt.tok0, m0, item.dt.len, acc, inv_l, kEpilogueBarrier + consumer_idx);

@@ -153,15 +153,35 @@ struct ItemSlot {
 };
 static_assert(sizeof(ItemSlot) <= 64, "the slot's item fits before its scales");
 
+// An item's rows, document-local: a document's rows are cut into 64-row blocks, one a
+// consumer, and an item takes kConsumers of them — except that when the blocks do not divide
+// evenly, the remainder is the document's first item. That item sees the fewest key tiles
+// (causal), so the consumers left without rows idle through the cheapest item, not through
+// the costliest, its last. Items stay ceil(len / kBlockM), the list's count.
+struct ItemRows {
+  int first;   // the item's first row
+  int blocks;  // its 64-row blocks: consumers c < blocks have rows
+};
+template <int D>
+__device__ __forceinline__ ItemRows item_rows(const DocTile& dt) {
+  using P = Plan<D>;
+  const int blocks = (dt.len + P::kRowsPerConsumer - 1) / P::kRowsPerConsumer;
+  const int lead = blocks % P::kConsumers;  // the first item's blocks, when not 0
+  if (lead == 0) return {dt.tile * P::kBlockM, P::kConsumers};
+  if (dt.tile == 0) return {0, lead};
+  return {(lead + (dt.tile - 1) * P::kConsumers) * P::kRowsPerConsumer, P::kConsumers};
+}
+
 // Key tiles consumer c computes of item it: those its 64 rows see, each row at least one key
 // of every such tile (a tile starts at a multiple of 128 <= the rows' first, 64-aligned); 0
-// when its rows all lie past the document or before its first query (q_start is a multiple
-// of 128, common/tiles.h, so 64 rows lie wholly on one side of it).
+// when it has no rows in the item or they all lie before the document's first query
+// (q_start is a multiple of 128, common/tiles.h, so 64 rows lie wholly on one side of it).
 template <int D>
 __device__ __forceinline__ int consumer_key_tiles(const Item& it, bool causal, int c) {
   using P = Plan<D>;
-  const int r0 = it.dt.tile * P::kBlockM + c * P::kRowsPerConsumer;
-  if (r0 >= it.dt.len || r0 < it.first_query) return 0;
+  const ItemRows rows = item_rows<D>(it.dt);
+  const int r0 = rows.first + c * P::kRowsPerConsumer;
+  if (c >= rows.blocks || r0 >= it.dt.len || r0 < it.first_query) return 0;
   const int key_tiles = (it.dt.len + P::kBlockN - 1) / P::kBlockN;
   return causal ? min((r0 + P::kRowsPerConsumer - 1) / P::kBlockN + 1, key_tiles) : key_tiles;
 }

@@ -65,7 +65,7 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
       break;
     }
     const int64_t tok0 = item.dt.tok0;
-    const int m0 = item.dt.tile * P::kBlockM;
+    const int m0 = item_rows<D>(item.dt).first;
     int next = 0;
     if (lane == 0) {
       slot->item = item;
