@@ -104,17 +104,17 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     mbar::wait(full0 + 8 * stage_of(n), phase_of(n));
     mbar::arrive(empty0 + 8 * stage_of(n));
   };
-  // Whether this consumer has rows in the item announced last.
-  auto newest_is_mine = [&]() {
-    const Item& next = reinterpret_cast<const ItemSlot*>(smem + P::slot(newest_buffer()))->item;
-    return consumer_key_tiles<D>(next, p.causal, consumer_idx) > 0;
+  // The item announced last, and whether this consumer has rows in it.
+  auto newest_item = [&]() -> const Item& {
+    return reinterpret_cast<const ItemSlot*>(smem + P::slot(newest_buffer()))->item;
   };
+  auto newest_is_mine = [&]() { return consumer_key_tiles<D>(newest_item(), p.causal, consumer_idx) > 0; };
   // From the item announced last (ring position kv) on, the items this consumer has no rows
   // of are released — the slot on q_empty, every tile's stage — until one it has; returns
   // false when none is left. Called holding no stage, so that each wait can complete.
   auto skip_to_mine = [&]() {
     while (!newest_is_mine()) {
-      const int span = reinterpret_cast<const ItemSlot*>(smem + P::slot(newest_buffer()))->item.num_key_tiles;
+      const int span = newest_item().num_key_tiles;
       mbar::arrive(base + P::kQEmpty0 + 8 * newest_buffer());
       for (int n = 0; n < span; ++n) release(n);
       kv += span;
