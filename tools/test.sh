@@ -6,10 +6,11 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${FLAMIA_BUILD_DIR:-build}
 bash tools/build.sh
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" -L 'cpu|gpu'
-# The Python suite skips its GPU modules by itself without PyTorch or a GPU; the package
-# and workload tests and the training statistics tests run everywhere.
+# The Python suite skips its GPU modules by itself without PyTorch or a GPU, and the CPU
+# modules that need PyTorch without it (-rs lists every skip with its reason); the package,
+# ABI layout and workload tests and the training statistics tests run everywhere.
 if python3 -c 'import pytest' >/dev/null 2>&1; then
-  FLAMIA_LIBRARY="$PWD/$BUILD_DIR/libflamia.so" PYTHONPATH="$PWD/python" python3 -m pytest -q python/tests training/tests
+  FLAMIA_LIBRARY="$PWD/$BUILD_DIR/libflamia.so" PYTHONPATH="$PWD/python" python3 -m pytest -q -rs python/tests training/tests
 else
   echo "python tests: skipped (pytest not installed)"
 fi

@@ -427,8 +427,12 @@ const BadCase kBadCases[] = {
     {"dout null", [](HostCall& c) { c.dout_t.data = nullptr; }, "dout: data pointer is null", false},
     {"dk null", [](HostCall& c) { c.dk_t.data = nullptr; }, "dk: data pointer is null", false},
     {"q misaligned", [](HostCall& c) { c.args.q.data = static_cast<char*>(c.args.q.data) + 1; },
+     "q: data pointer"},
+    {"q misaligned, the reason", [](HostCall& c) { c.args.q.data = static_cast<char*>(c.args.q.data) + 1; },
      "is not 2-byte aligned (its element size)"},
     {"lse misaligned", [](HostCall& c) { c.lse_t.data = static_cast<char*>(c.lse_t.data) + 2; },
+     "lse: data pointer"},
+    {"lse misaligned, the reason", [](HostCall& c) { c.lse_t.data = static_cast<char*>(c.lse_t.data) + 2; },
      "is not 4-byte aligned (its element size)"},
     {"cu_seqlens misaligned", [](HostCall& c) { c.args.cu_seqlens.data = reinterpret_cast<char*>(c.cu.data()) + 1; },
      "cu_seqlens: data pointer"},
@@ -454,7 +458,7 @@ const BadCase kBadCases[] = {
        move_all_to_device(c);
        c.args.q.data = fake_device_ptr(8);
      },
-     "is not 16-byte aligned (required on the device)"},
+     "q: data pointer 0x7f0000000008 is not 16-byte aligned (required on the device)"},
     {"device dq not 16-byte aligned",
      [](HostCall& c) {
        move_all_to_device(c);
@@ -552,6 +556,52 @@ TEST(Api, DeviceBackwardTakesQkvWithoutData) {
   EXPECT_EQ(host.backward(), FLAMIA_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(flamia_last_error()).find("v: data pointer is null"), std::string::npos);
 }
+
+#if defined(FLAMIA_WITH_CUDA)
+// The quantized-operand buffer and the workspace of a device call are checked before any CUDA
+// call, so this runs without a GPU: each error names the argument and the size it needs.
+TEST(Api, DeviceBuffersAreCheckedByName) {
+  for (const flamia_recipe recipe : {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED}) {
+    SCOPED_TRACE(int(recipe));
+    HostCall c({5, 70, 20}, 4, 2, 64, true, recipe);
+    move_all_to_device(c);
+    const size_t fwd = flamia_qkv8_bytes(95, 3, 4, 2, 64, recipe, 0), bwd = flamia_qkv8_bytes(95, 3, 4, 2, 64, recipe, 1);
+    const size_t ws = flamia_backward_workspace_bytes(95, 3, 4, 2, 64, recipe);
+    ASSERT_GT(fwd, 0u);
+    ASSERT_GT(bwd, fwd);
+    ASSERT_GT(ws, 0u);
+    auto expect_error = [](flamia_status st, const std::string& want) {
+      EXPECT_EQ(st, FLAMIA_ERROR_INVALID_ARGUMENT);
+      EXPECT_EQ(std::string(flamia_last_error()), want);
+    };
+    const std::string n_fwd = std::to_string(fwd), n_bwd = std::to_string(bwd);
+    expect_error(flamia_forward(&c.args, c.out_t, c.lse_t, nullptr, 0, 0),
+                 "qkv8_bytes: 0 is less than the " + n_fwd + " bytes required (flamia_qkv8_bytes(..., for_backward = 0))");
+    expect_error(flamia_forward(&c.args, c.out_t, c.lse_t, fake_device_ptr(), fwd - 1, 0),
+                 "qkv8_bytes: " + std::to_string(fwd - 1) + " is less than the " + n_fwd +
+                     " bytes required (flamia_qkv8_bytes(..., for_backward = 0))");
+    expect_error(flamia_forward(&c.args, c.out_t, c.lse_t, nullptr, fwd, 0),
+                 "qkv8: null pointer, but " + n_fwd + " bytes are required");
+    expect_error(flamia_forward(&c.args, c.out_t, c.lse_t, fake_device_ptr(8), fwd, 0),
+                 "qkv8: pointer 0x7f0000000008 is not 16-byte aligned");
+    expect_error(flamia_quantize_qkv(&c.args, fake_device_ptr(), fwd, 1),
+                 "qkv8_bytes: " + n_fwd + " is less than the " + n_bwd +
+                     " bytes required (flamia_qkv8_bytes(..., for_backward = 1))");
+    // The backward needs the for_backward buffer, then its workspace.
+    expect_error(flamia_backward(&c.args, c.dout_t, c.out_t, c.lse_t, fake_device_ptr(), fwd, fake_device_ptr(), ws,
+                                 c.dq_t, c.dk_t, c.dv_t),
+                 "qkv8_bytes: " + n_fwd + " is less than the " + n_bwd +
+                     " bytes required (flamia_qkv8_bytes(..., for_backward = 1))");
+    expect_error(flamia_backward(&c.args, c.dout_t, c.out_t, c.lse_t, fake_device_ptr(), bwd, nullptr, 0, c.dq_t,
+                                 c.dk_t, c.dv_t),
+                 "workspace_bytes: 0 is less than the " + std::to_string(ws) +
+                     " bytes required (flamia_backward_workspace_bytes)");
+    expect_error(flamia_backward(&c.args, c.dout_t, c.out_t, c.lse_t, fake_device_ptr(), bwd, nullptr, ws, c.dq_t,
+                                 c.dk_t, c.dv_t),
+                 "workspace: null pointer, but " + std::to_string(ws) + " bytes are required");
+  }
+}
+#endif
 
 #if !defined(FLAMIA_WITH_CUDA)
 TEST(Api, DeviceCallInACpuBuildIsUnsupported) {

@@ -278,20 +278,29 @@ TEST(EmulationSpec, MatchesLiteralTranscriptionBitwiseDefaultTiles) {
   expect_matches_literal(random_pack({65, 64}, 2, 2, 128, false, 23), config(Scheme::PerToken, FLAMIA_RECIPE_FP8));
 }
 
-// Power-of-two scales change no rounding: multiplying V by 2^k multiplies O and dV by
-// exactly 2^k and leaves LSE, dQ, dK unchanged (dP and D scale by 2^k too, so dS does).
+// Power-of-two scales change no rounding: multiplying V by 2^k multiplies O by exactly 2^k,
+// and with it D = rowsum(dO O) and dP = dO Vᵀ, so dS, dQ and dK scale by 2^k too; LSE and
+// dV = Pᵀ dO do not change at all. Every scheme and recipe, the backward included.
 TEST(EmulationSpec, PowerOfTwoScalingOfVIsExact) {
-  for (Scheme s : {Scheme::PerToken, Scheme::PerTensor, Scheme::TokenBlock32, Scheme::Bf16}) {
-    SCOPED_TRACE(scheme_name(s));
-    const EmulationConfig cfg = config(s, FLAMIA_RECIPE_FP8);
-    const Pack a = random_pack({40, 90}, 2, 1, 64, true, 31);
-    Pack b = a;
-    scale_rows(b.v, 0, b.p.total_tokens, 1, 64, 8.0f);
-    const Outputs ra = run_emulation(a, cfg, false), rb = run_emulation(b, cfg, false);
-    for (size_t e = 0; e < ra.o.size(); ++e)
-      ASSERT_EQ(from_bf16(ra.o[e]) * 8.0f, from_bf16(rb.o[e])) << "element " << e;
-    for (size_t e = 0; e < ra.lse.size(); ++e) ASSERT_TRUE(same_bits(ra.lse[e], rb.lse[e]));
-  }
+  auto expect_scaled = [](const Bits& a, const Bits& b, float f, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (size_t e = 0; e < a.size(); ++e)
+      ASSERT_TRUE(same_bits(from_bf16(a[e]) * f, from_bf16(b[e]))) << what << " element " << e;
+  };
+  for (Scheme s : {Scheme::PerToken, Scheme::PerTensor, Scheme::TokenBlock32, Scheme::Bf16})
+    for (flamia_recipe r : kRecipes) {
+      SCOPED_TRACE(std::string(scheme_name(s)) + " " + recipe_name(r));
+      const EmulationConfig cfg = config(s, r);
+      const Pack a = random_pack({40, 90}, 2, 1, 64, true, 31);
+      Pack b = a;
+      scale_rows(b.v, 0, b.p.total_tokens, 1, 64, 8.0f);
+      const Outputs ra = run_emulation(a, cfg, true), rb = run_emulation(b, cfg, true);
+      expect_scaled(ra.o, rb.o, 8.0f, "O");
+      expect_scaled(ra.dq, rb.dq, 8.0f, "dQ");
+      expect_scaled(ra.dk, rb.dk, 8.0f, "dK");
+      EXPECT_EQ(ra.dv, rb.dv);
+      for (size_t e = 0; e < ra.lse.size(); ++e) ASSERT_TRUE(same_bits(ra.lse[e], rb.lse[e]));
+    }
 }
 
 TEST(EmulationSpec, Bf16SchemeIsCloseToExact) {
@@ -347,13 +356,16 @@ TEST(EmulationSpec, EmptyDocumentsAreAllowed) {
   EXPECT_EQ(a.dv, b.dv);
 }
 
-// A document that fits in one key tile does not depend on the tile width.
+// A document that fits in one key tile does not depend on the tile width (forward and
+// backward tiles of 64 against 128).
 TEST(EmulationSpec, SingleTileDocumentsIgnoreTileWidth) {
   const Pack pk = random_pack({64, 17, 1}, 2, 1, 64, true, 52);
   EmulationConfig a = config(Scheme::PerToken, FLAMIA_RECIPE_FP8), b = a;
+  a.tiling = {64, 64, 64};
   b.tiling = {128, 128, 128};
   const Outputs ra = run_emulation(pk, a, true), rb = run_emulation(pk, b, true);
   EXPECT_EQ(ra.o, rb.o);
+  for (size_t e = 0; e < ra.lse.size(); ++e) ASSERT_TRUE(same_bits(ra.lse[e], rb.lse[e]));
   EXPECT_EQ(ra.dq, rb.dq);
   EXPECT_EQ(ra.dk, rb.dk);
   EXPECT_EQ(ra.dv, rb.dv);
