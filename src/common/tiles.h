@@ -11,6 +11,10 @@ namespace tiles {
 // the span of P's per-row scale sigma).
 constexpr int kFwdBlockM = 128;
 constexpr int kFwdBlockN = 128;
+// At D = 64 a work item is 192 rows: three consumer warpgroups of 64. A row's result does not
+// depend on the rows it shares an item with, so this one changes no result; it lives here
+// beside kFwdBlockM because the quantizer builds a work list of it.
+constexpr int kFwdBlockM64 = 192;
 
 // Reference GPU forward (mma.sync) and the backward kernels: 64-token tiles.
 constexpr int kRefFwdBlockN = 64;

@@ -34,7 +34,7 @@ struct GuardArgs {
   FingerprintMode mode = FingerprintMode::kRecord;
   uint64_t* fingerprint = nullptr; // in qkv8
   DeviceError* status = nullptr;   // the call's status word
-  int* counts[2] = {nullptr, nullptr};  // work-list counts to zero on a fault (null: none)
+  int* counts[3] = {nullptr, nullptr, nullptr};  // work-list counts to zero on a fault (null: none)
   int* next_item = nullptr;             // the fast forward's work counter, zeroed (null: none)
   int32_t stage = 0;
 };

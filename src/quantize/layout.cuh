@@ -51,12 +51,14 @@ FLAMIA_HD int64_t padded_doc_start(int64_t doc_first_token, int64_t doc) {
 FLAMIA_HD int fragment_order_token(int p) { return 8 * ((p & 3) >> 1) + 2 * (p >> 2) + (p & 1); }
 
 // Work lists: one over 64-token tiles (backward kernels and the reference forward, whose
-// tiles are all 64) and one over the fast forward's 128-row query tiles. A document of L
+// tiles are all 64), one over 128-row query tiles (the fast forward at D = 128, the backward)
+// and, at D = 64, one over the fast forward's 192-row items. A document of L
 // tokens has ceil(L / tile) tiles, so a pack has at most ceil(T / tile) + B of them.
 static_assert(tiles::kRefFwdBlockN == tiles::kBwdBlockM && tiles::kBwdBlockM == tiles::kBwdBlockN,
               "the 64-token work list assumes one tile size");
 constexpr int kTile = tiles::kBwdBlockM;
 constexpr int kFwdTile = tiles::kFwdBlockM;
+constexpr int kFwdTile64 = tiles::kFwdBlockM64;
 FLAMIA_HD int64_t max_tiles_per_doc(int64_t total_tokens, int tile = kTile) {
   return (total_tokens + tile - 1) / tile;
 }
@@ -104,7 +106,8 @@ struct Qkv8Layout {
   size_t q8 = 0, k8 = 0, vt8 = 0;           // [T,Hq,D], [T,Hkv,D], [Hkv][D][Tpad]
   size_t sq = 0, sk = 0, sv = 0;            // fp32 [H][T]
   WorkListRegions work;                     // 64-token tiles
-  WorkListRegions fwd_work;                 // 128-token tiles: the fast forward and the backward
+  WorkListRegions fwd_work;                 // 128-token tiles: the fast forward at D = 128, the backward
+  WorkListRegions fwd_work64;               // 192-token tiles: the fast forward at D = 64 (else capacity 0)
   size_t status = 0;                        // guard::DeviceError of the last call (guard.h)
   size_t fingerprint = 0;                   // uint64: what the contents were quantized for
   // Backward-only regions (0 when absent).
@@ -112,6 +115,9 @@ struct Qkv8Layout {
   size_t nonfinite = 0;                     // fp8_mixed: uint32, nonzero when a q or k row is not finite
                                             // (fp8's FP8 Qᵀ, Kᵀ live in the backward workspace)
   size_t bytes = 0;
+
+  // The fast forward's list: its items and its work counter (`next`).
+  const WorkListRegions& fast_forward_work() const { return fwd_work64.capacity > 0 ? fwd_work64 : fwd_work; }
 
   static Qkv8Layout make(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                          flamia_recipe recipe, bool for_backward) {
@@ -129,6 +135,7 @@ struct Qkv8Layout {
     l.sv = b.add(T * hkv * sizeof(float));
     l.work = add_work_list(b, total_tokens, num_docs, kTile);
     l.fwd_work = add_work_list(b, total_tokens, num_docs, kFwdTile);
+    if (head_dim == 64) l.fwd_work64 = add_work_list(b, total_tokens, num_docs, kFwdTile64);
     l.status = b.add(sizeof(guard::DeviceError));
     l.fingerprint = b.add(sizeof(uint64_t));
     if (for_backward) {

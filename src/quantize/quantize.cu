@@ -61,7 +61,8 @@ struct QuantBatch {
   int heads = 0;                      // t[0].heads + t[1].heads + t[2].heads
   int64_t total_tokens = 0, tpad = 0;
   guard::GuardArgs guard;             // block 0 validates cu_seqlens first (guard.cuh)
-  WorkListOut work[2];                // then builds the lists when work[0].count is set
+  WorkListOut work[3];                // then builds the lists when work[0].count is set (each
+                                      // one whose count is set: the third exists at D = 64 only)
 };
 
 // Largest b with padded_doc_start(b) <= pos (starts strictly increase with b). Called by
@@ -205,7 +206,8 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   if (block == 0) {
     if (guard::guard_block<kThreads>(batch.guard) && batch.work[0].count != nullptr)
       for (const WorkListOut& list : batch.work)
-        if (!build_work_list_block<kThreads>(batch.cu, batch.num_docs, list) && threadIdx.x == 0)
+        if (list.count != nullptr && !build_work_list_block<kThreads>(batch.cu, batch.num_docs, list) &&
+            threadIdx.x == 0)
           guard::record(batch.guard, guard::DeviceError{guard::kWorkListOverflow, batch.guard.stage, 0, 0, 0});
     return;
   }
@@ -473,7 +475,8 @@ cudaError_t check_qkv8(const DeviceCall& p, void* qkv8) {
                                          guard::kStageForward);
   g.counts[0] = reinterpret_cast<int*>(base + layout.work.count);
   g.counts[1] = reinterpret_cast<int*>(base + layout.fwd_work.count);
-  g.next_item = reinterpret_cast<int*>(base + layout.fwd_work.next);
+  if (layout.fwd_work64.capacity > 0) g.counts[2] = reinterpret_cast<int*>(base + layout.fwd_work64.count);
+  g.next_item = reinterpret_cast<int*>(base + layout.fast_forward_work().next);
   quant::check_qkv8_kernel<<<1, quant::kThreads, 0, p.stream>>>(g);
   return cudaGetLastError();
 }
@@ -557,13 +560,15 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward) {
 
   batch.work[0] = quant::work_list_out(base, layout.work, p.causal);
   batch.work[1] = quant::work_list_out(base, layout.fwd_work, p.causal);
+  if (layout.fwd_work64.capacity > 0) batch.work[2] = quant::work_list_out(base, layout.fwd_work64, p.causal);
   batch.guard = quant::make_guard(p, guard::FingerprintMode::kRecord,
                                   reinterpret_cast<uint64_t*>(base + layout.fingerprint),
                                   reinterpret_cast<guard::DeviceError*>(base + layout.status),
                                   guard::kStageQuantize);
   batch.guard.counts[0] = batch.work[0].count;
   batch.guard.counts[1] = batch.work[1].count;
-  batch.guard.next_item = reinterpret_cast<int*>(base + layout.fwd_work.next);
+  batch.guard.counts[2] = batch.work[2].count;
+  batch.guard.next_item = reinterpret_cast<int*>(base + layout.fast_forward_work().next);
   return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
 }
 

@@ -41,6 +41,13 @@ __device__ __forceinline__ bool mask_needed_for_query_rows(const DocMask& mask, 
   return (mask.causal && m == n) || (n + 1) * tile > mask.len;
 }
 
+// The same for query rows from m0 (a multiple of 64) against the key tile from n0, where the
+// two tiles differ in length (the fast forward's 64-row warpgroups, 128-key tiles): a key
+// after the rows' first must be masked when causal.
+__device__ __forceinline__ bool mask_needed_for_rows(const DocMask& mask, int m0, int n0, int tile) {
+  return (mask.causal && n0 + tile - 1 > m0) || n0 + tile > mask.len;
+}
+
 // Key tile n against query tile m, when rows are keys and reductions run over queries
 // (dK/dV): query columns past the document must be masked.
 __device__ __forceinline__ bool mask_needed_for_key_rows(const DocMask& mask, int m, int n, int tile) {

@@ -131,21 +131,36 @@ TEST(Guard, ValidPacksFitTheBuffers) {
     const int64_t T = cu.back();
     ASSERT_EQ(fault_of(cu, T, 700).fault, guard::kNone);
     const auto l = flamia::quant::Qkv8Layout::make(T, B, 4, 2, 64, FLAMIA_RECIPE_FP8, true);
-    int64_t items = 0, fwd_items = 0;
+    // Every list of the layout (at D = 64 also the fast forward's 192-row one).
+    const flamia::quant::WorkListRegions* lists[] = {&l.work, &l.fwd_work, &l.fwd_work64};
+    ASSERT_EQ(l.fwd_work64.tile, 192);
+    ASSERT_EQ(&l.fast_forward_work(), &l.fwd_work64);
+    for (const auto* list : lists) {
+      int64_t items = 0;
+      for (int b = 0; b < B; ++b) {
+        const int64_t nt = (cu[size_t(b + 1)] - cu[size_t(b)] + list->tile - 1) / list->tile;
+        ASSERT_LE(nt, list->nt_cap);
+        items += nt;
+      }
+      ASSERT_LE(items, list->capacity);
+    }
+    // Each document's transposed range ends inside Tpad.
     for (int b = 0; b < B; ++b) {
-      const int64_t len = cu[size_t(b + 1)] - cu[size_t(b)];
-      const int64_t nt = (len + l.work.tile - 1) / l.work.tile, fwd_nt = (len + l.fwd_work.tile - 1) / l.fwd_work.tile;
-      ASSERT_LE(nt, l.work.nt_cap);
-      ASSERT_LE(fwd_nt, l.fwd_work.nt_cap);
-      items += nt;
-      fwd_items += fwd_nt;
-      // The document's transposed range ends inside Tpad.
       const int64_t len16 = (cu[size_t(b + 1)] - cu[size_t(b)] + 15) / 16 * 16;
       ASSERT_LE(flamia::quant::padded_doc_start(cu[size_t(b)], b) + len16, l.tpad);
     }
-    ASSERT_LE(items, l.work.capacity);
-    ASSERT_LE(fwd_items, l.fwd_work.capacity);
   }
+}
+
+// At D = 128 the fast forward walks the 128-row list and no 192-row list is laid out.
+TEST(Guard, TheFastForwardListFollowsTheHeadDim) {
+  const auto l128 = flamia::quant::Qkv8Layout::make(1000, 3, 4, 2, 128, FLAMIA_RECIPE_FP8, false);
+  EXPECT_EQ(l128.fwd_work64.capacity, 0);
+  EXPECT_EQ(&l128.fast_forward_work(), &l128.fwd_work);
+  EXPECT_EQ(l128.fast_forward_work().tile, 128);
+  const auto l64 = flamia::quant::Qkv8Layout::make(1000, 3, 4, 2, 64, FLAMIA_RECIPE_FP8, false);
+  EXPECT_EQ(l64.fast_forward_work().tile, 192);
+  EXPECT_EQ(l64.fwd_work64.capacity, (1000 + 191) / 192 + 3);
 }
 
 TEST(Guard, MessagesNameTheArgument) {

@@ -95,6 +95,11 @@ std::vector<ShapeParam> shape_params() {
   p.push_back({"edges_mixed_D64_full",
                make_case(cu_from_lengths({1, 2, 3, 63, 64, 65, 127, 129}), mixed, 64, 4, 4, false), true});
   p.push_back({"primes_fp8_D64", make_case(cu_from_lengths(primes), fp8, 64, 4, 2, true), true});
+  // Around the D = 64 forward's 192-row items: its three 64-row consumers see different key
+  // tile counts on the diagonal, and the later ones none where the document ends early.
+  const std::vector<int> edges192 = {63, 64, 65, 128, 129, 191, 192, 193, 255, 256, 257, 320, 383, 384, 385, 449, 577};
+  p.push_back({"edges192_fp8_D64", make_case(cu_from_lengths(edges192), fp8, 64, 4, 2, true), true});
+  p.push_back({"edges192_mixed_D64_full", make_case(cu_from_lengths(edges192), mixed, 64, 2, 1, false), true});
   p.push_back({"primes_mixed_D128_full", make_case(cu_from_lengths(primes), mixed, 128, 2, 2, false), false});
   p.push_back({"short300_fp8_D128", make_case(cu_from_lengths(short_docs(300, 40, 7)), fp8, 128, 4, 2, true), true});
   p.push_back({"short300_mixed_D64", make_case(cu_from_lengths(short_docs(300, 40, 8)), mixed, 64, 8, 2, true),

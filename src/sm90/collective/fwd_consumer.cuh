@@ -1,4 +1,4 @@
-// A consumer warpgroup of the forward: 64 query rows of the CTA's 128-row tile, over the key
+// A consumer warpgroup of the forward: 64 query rows of the CTA's query tile, over the key
 // tiles the producer streams in (ALGORITHM.md §2). Per key tile:
 //   S = Q Kᵀ          wgmma m64n128k32, D/32 k-steps chained in the accumulator, ascending k
 //                     (the definition of S the backward shares);
@@ -9,9 +9,16 @@
 //   acc = acc * alpha + sigma * fresh    (FP32; sigma * fresh is exact, so one FMUL + FFMA).
 // Software-pipelined across items: the P·V of tile n and the S of the next tile (the next
 // item's first at an item's last) are issued together, and the fold of P·V(n) — at an item's
-// end also O's store — runs while the tensor core computes that S. The two consumer warpgroups
-// issue as they come (the tensor core queues their MMAs): a ping-pong turn between them cost
-// 2.6 % at D = 64 and, since v77, 0.6-1.1 % at D = 128 (docs/PERFORMANCE.md v23a, v78).
+// end also O's store — runs while the tensor core computes that S (Plan::kScoresInFlight;
+// else the S is issued after the fold). The consumer warpgroups issue as they come (the
+// tensor core queues their MMAs): a ping-pong turn between two cost 2.6 % at D = 64 and,
+// since v77, 0.6-1.1 % at D = 128 (docs/PERFORMANCE.md v23a, v78).
+//
+// A consumer computes the key tiles its own rows see (consumer_key_tiles, fwd_plan.cuh): on
+// the causal diagonal of a 192-row item one fewer than the item's last consumer, and none in
+// an item whose rows it has none of (a document's short first item, rows before q_start).
+// It releases the stages of the tiles it does not compute as they land, holding no stage of
+// its own then.
 #pragma once
 
 #include <cmath>
@@ -50,9 +57,12 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     return reinterpret_cast<const volatile ItemSlot*>(smem + P::slot(b))->more != 0;
   };
 
-  // The current item (in buffer qb) and what its rows carry across its key tiles.
+  // The current item (in buffer qb), the key tiles of it this consumer computes, and what
+  // its rows carry across them.
   Item item;
   int qb = 0;
+  int mine = 0;
+  int m0 = 0;  // this warpgroup's first row, document-local
   int i0 = 0;  // this lane's first row, document-local
   float sq[2], sqc[2];
   float acc[D / 8][4];
@@ -63,8 +73,10 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     qb = newest_buffer();
     const uint8_t* slot = smem + P::slot(qb);
     item = reinterpret_cast<const ItemSlot*>(slot)->item;
+    mine = consumer_key_tiles<D>(item, p.causal, consumer_idx);
     const int r0 = consumer_idx * P::kRowsPerConsumer + 16 * warp + g;  // in the item's tile
-    i0 = item.dt.tile * P::kBlockM + r0;
+    m0 = item_rows<D>(item.dt).first + consumer_idx * P::kRowsPerConsumer;
+    i0 = m0 + 16 * warp + g;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float rows_sq = reinterpret_cast<const float*>(slot + P::kSlotSq)[r0 + 8 * r];
@@ -86,6 +98,30 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   // Tile n's stage and phase in the ring (n may run past the item: its successor's tiles).
   auto stage_of = [&](int n) { return (kv + n) % P::kStages; };
   auto phase_of = [&](int n) { return ((kv + n) / P::kStages) & 1; };
+  // A tile this consumer does not compute: its stage released once loaded (an arrival before
+  // the fill would count toward the stage's previous use).
+  auto release = [&](int n) {
+    mbar::wait(full0 + 8 * stage_of(n), phase_of(n));
+    mbar::arrive(empty0 + 8 * stage_of(n));
+  };
+  // The item announced last, and whether this consumer has rows in it.
+  auto newest_item = [&]() -> const Item& {
+    return reinterpret_cast<const ItemSlot*>(smem + P::slot(newest_buffer()))->item;
+  };
+  auto newest_is_mine = [&]() { return consumer_key_tiles<D>(newest_item(), p.causal, consumer_idx) > 0; };
+  // From the item announced last (ring position kv) on, the items this consumer has no rows
+  // of are released — the slot on q_empty, every tile's stage — until one it has; returns
+  // false when none is left. Called holding no stage, so that each wait can complete.
+  auto skip_to_mine = [&]() {
+    while (!newest_is_mine()) {
+      const int span = newest_item().num_key_tiles;
+      mbar::arrive(base + P::kQEmpty0 + 8 * newest_buffer());
+      for (int n = 0; n < span; ++n) release(n);
+      kv += span;
+      if (!next_announced()) return false;
+    }
+    return true;
+  };
   auto issue_scores = [&](ScoreTile& sc, int n, uint32_t q) {
     const uint32_t stage = base + P::stage(stage_of(n));
     mma::fence();
@@ -96,7 +132,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   };
   TileP tp;
   auto softmax = [&](ScoreTile& sc, int n) {
-    if (n + 1 == item.num_key_tiles) mbar::arrive(base + P::kQEmpty0 + 8 * qb);  // Q and the slot no longer read
+    if (n + 1 == mine) mbar::arrive(base + P::kQEmpty0 + 8 * qb);  // Q and the slot no longer read
     mbar::wait(ready0 + 8 * stage_of(n), phase_of(n));  // the key-scale warp's values
     const uint8_t* st = smem + P::stage(stage_of(n));
     const KeyScales ks{reinterpret_cast<const float*>(st + P::kSk), reinterpret_cast<const float*>(st + P::kSv),
@@ -104,11 +140,11 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
                        *reinterpret_cast<const float*>(st + P::kSigma)};
     const int n0 = n * P::kBlockN;
     const DocMask mask{item.dt.len, p.causal};
-    if (mask_needed_for_query_rows(mask, item.dt.tile, n, P::kBlockN)) {
+    if (mask_needed_for_rows(mask, m0, n0, P::kBlockN)) {
       // A warp whose rows see none of the tile's last 64 keys (the first consumer's on the
       // causal diagonal; rows that end the document early in the tile) skips those two key
       // steps. The test is warp-uniform (broadcast from lane 0).
-      const int last_row = item.dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer + 16 * warp + 15;
+      const int last_row = m0 + 16 * warp + 15;
       const int steps = masked_key_steps(mask, last_row, n0);
       if (__shfl_sync(0xffffffffu, steps, 0) <= kKeySteps / 2)
         softmax_tile<true, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
@@ -158,7 +194,6 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   // the document are not stored. The warpgroup's 64 rows leave by one TMA store when all are
   // the document's (the branch is the warpgroup's: one item), else row by row.
   auto epilogue = [&]() {
-    const int m0 = item.dt.tile * P::kBlockM + consumer_idx * P::kRowsPerConsumer;
     const float inv_l[2] = {__frcp_rn(rows.l[0]), __frcp_rn(rows.l[1])};
     store_rows<D>(p.rows_by_tma, base + P::out_tile(consumer_idx), p.o_rows, p.out + item.h * D, int64_t(p.hq) * D,
                   item.h, item.dt.tok0, m0, item.dt.len, acc, inv_l, kEpilogueBarrier + consumer_idx);
@@ -171,55 +206,78 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     }
   };
 
-  // One software pipeline over the key tiles of all the CTA's items: tile n's P·V and the
-  // next tile's S are issued together, so that the tensor core computes S while this
-  // warpgroup folds P·V(n) — and, at an item's last tile, the next item's first S while it
-  // folds and stores the item's O. No data-dependent branch straddles an MMA and its wait
-  // (ptxas would serialize the wgmmas), so each item's last tile is peeled off in two forms.
-  if (next_announced()) {
-    ScoreTile sc;
-    begin_item();
+  // P·V(n) into a fresh accumulator and the S of tile `next` (of the item in Q tile q), the
+  // fold of P·V(n) between them on this warpgroup's side: in S's shadow on the tensor core
+  // when the registers hold both (Plan::kScoresInFlight), else before S is issued. `then`
+  // runs after the fold, while S is computed. The caller waited for next's stage.
+  auto pv_fold_scores = [&](ScoreTile& sc, int n, int next, uint32_t q, auto&& then) {
+    float fresh[D / 8][4];
+    issue_pv(fresh, n);
+    if constexpr (P::kScoresInFlight) {
+      issue_scores(sc, next, q);
+      mma::wait<1>();  // P·V(n) done; S(next) may still run
+      fold(fresh, n);
+    } else {
+      mma::wait<0>();
+      fold(fresh, n);
+      issue_scores(sc, next, q);
+    }
+    then();
+    mma::wait<0>();
+    mma::pin(sc);
+  };
+  // The current item's first S, nothing in flight.
+  auto first_scores = [&](ScoreTile& sc) {
     mbar::wait(full0 + 8 * stage_of(0), phase_of(0));
     issue_scores(sc, 0, q_tile(qb));
     mma::wait<0>();
     mma::pin(sc);
     softmax(sc, 0);
+  };
+  // After the current item's last fold: the tiles this consumer did not compute released, O
+  // out, the ring past the item.
+  auto end_item = [&]() {
+    for (int n = mine; n < item.num_key_tiles; ++n) release(n);
+    epilogue();
+    kv += item.num_key_tiles;
+  };
+
+  // One software pipeline over the key tiles of all the CTA's items: tile n's P·V and the
+  // next tile's S are issued together, so that the tensor core computes S while this
+  // warpgroup folds P·V(n) — and, at an item's last tile, the next item's first S while it
+  // folds and stores the item's O. No data-dependent branch straddles an MMA and its wait
+  // (ptxas would serialize the wgmmas), so each item's last tile is peeled off in two forms.
+  ScoreTile sc;
+  bool more = next_announced();  // an item is announced that this consumer has not taken
+  while (more && skip_to_mine()) {
+    begin_item();
+    first_scores(sc);
     for (;;) {
-      const int tiles = item.num_key_tiles;  // >= 1
-      for (int n = 0; n + 1 < tiles; ++n) {
+      for (int n = 0; n + 1 < mine; ++n) {
         mbar::wait(full0 + 8 * stage_of(n + 1), phase_of(n + 1));
-        float fresh[D / 8][4];
-        issue_pv(fresh, n);
-        issue_scores(sc, n + 1, q_tile(qb));
-        mma::wait<1>();  // P·V(n) done; S(n + 1) may still run
-        fold(fresh, n);
-        mma::wait<0>();
-        mma::pin(sc);
+        pv_fold_scores(sc, n, n + 1, q_tile(qb), [] {});
         softmax(sc, n + 1);
       }
       // The successor is in the next Q buffer (the same one when Plan::kQBuffers is 1: its Q
-      // loads once this item's last S is done); its first key tile is ring position kv + tiles.
-      float fresh[D / 8][4];
-      if (next_announced()) {
-        mbar::wait(full0 + 8 * stage_of(tiles), phase_of(tiles));
-        issue_pv(fresh, tiles - 1);
-        issue_scores(sc, tiles, q_tile(newest_buffer()));
-        mma::wait<1>();
-        fold(fresh, tiles - 1);
-        epilogue();
-        kv += tiles;
+      // loads once every consumer's last S of this item is done); its first key tile is ring
+      // position kv + the item's span. When this consumer has rows in it, its first S runs
+      // in the shadow of this item's end; else this item ends first (below), so that no
+      // stage is held while the items between are skipped.
+      more = next_announced();
+      if (!more || !newest_is_mine()) break;
+      const int span = item.num_key_tiles;
+      mbar::wait(full0 + 8 * stage_of(span), phase_of(span));
+      pv_fold_scores(sc, mine - 1, span, q_tile(newest_buffer()), [&] {
+        end_item();
         begin_item();
-        mma::wait<0>();
-        mma::pin(sc);
-        softmax(sc, 0);
-      } else {
-        issue_pv(fresh, tiles - 1);
-        mma::wait<0>();
-        fold(fresh, tiles - 1);
-        epilogue();
-        break;
-      }
+      });
+      softmax(sc, 0);
     }
+    float fresh[D / 8][4];
+    issue_pv(fresh, mine - 1);
+    mma::wait<0>();
+    fold(fresh, mine - 1);
+    end_item();
   }
   rows_out_drain();
 }

@@ -1,9 +1,11 @@
 // The fast forward's shape: roles, tiles, pipeline depth and shared-memory plan, the kernel
-// parameters and the work order. One CTA per SM (persistent); three warpgroups:
+// parameters and the work order. One CTA per SM (persistent); 1 + kConsumers warpgroups:
 //   warpgroup 0   producer: one warp takes the CTA's work items from a counter, issues the
 //                 TMA loads and copies the key scales, a second derives P's key-rule scale
 //                 of each tile from them;
-//   warpgroups 1-2 consumers: 64 query rows each of the CTA's 128-row query tile.
+//   warpgroups 1.. consumers: 64 query rows each of the CTA's query tile — two (128 rows) at
+//                 D = 128, three (192 rows) at D = 64, where a consumer warp's own dependent
+//                 chain binds and a third warp a scheduler covers it (docs/PERFORMANCE.md v85).
 #pragma once
 
 #include <cstdint>
@@ -21,24 +23,32 @@ namespace fwd {
 template <int D>
 struct Plan {
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
-  static constexpr int kBlockM = tiles::kFwdBlockM;  // query rows per work item
-  static constexpr int kBlockN = tiles::kFwdBlockN;  // keys per key tile
-  static constexpr int kConsumers = 2;
-  static constexpr int kRowsPerConsumer = kBlockM / kConsumers;  // = 64, one wgmma M
-  static_assert(kRowsPerConsumer == 64 && kBlockN == 128, "the mainloop is written for m64 x n128 tiles");
-  static_assert(kBlockM == kBlockN, "the causal diagonal is one key tile (item_at)");
+  static constexpr int kConsumers = D == 64 ? 3 : 2;
+  static constexpr int kRowsPerConsumer = 64;                 // one wgmma M
+  static constexpr int kBlockM = kConsumers * kRowsPerConsumer;  // query rows per work item
+  static constexpr int kBlockN = tiles::kFwdBlockN;             // keys per key tile
+  static_assert(kBlockM == (D == 64 ? tiles::kFwdBlockM64 : tiles::kFwdBlockM), "the quantizer's list of items");
+  static_assert(kBlockN == 128, "the mainloop is written for m64 x n128 tiles");
   static constexpr int kThreads = 128 * (1 + kConsumers);
   // Key/value stages in flight: the producer refills a stage only after both consumers'
   // P·V of it, so two stages leave one tile of slack for the loads; more hide HBM latency.
   static constexpr int kStages = D == 128 ? 3 : 4;
-  // Registers per thread after setmaxnreg: 128 * 40 + 256 * 232 = 384 * 168, the CTA's
-  // allocation at launch. The consumers hold O (D/2 per thread), the tile's fresh P·V product
-  // (D/2) and the next tile's scores (64, in flight) at once, which 232 still holds without
-  // spills (224 does not, at D = 128); the producer warp issues TMA and copies scales, the
-  // key-scale warp scans 4 scales a lane — at 24 registers they spilled 104-120 bytes, at 40
-  // 12-20.
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
+  // A consumer may hold its last tile's stage and leave the item's one tile more (a 192-row
+  // item's last consumer sees one more on the diagonal) unreleased while it waits for the next
+  // item's first: with two stages that wait would be on itself (fwd_consumer.cuh).
+  static_assert(kStages >= 3, "consumers that compute fewer of an item's tiles need a third stage");
+  // Registers per thread after setmaxnreg, within the 64 K of the SM: at D = 128,
+  // 128 * 40 + 256 * 232 = 384 * 168, the CTA's allocation at launch. The consumers hold O
+  // (D/2 per thread), the tile's fresh P·V product (D/2) and the next tile's scores (64, in
+  // flight) at once, which 232 still holds without spills (224 does not, at D = 128); the
+  // producer warp issues TMA and copies scales, the key-scale warp scans 4 scales a lane — at
+  // 24 registers they spilled 104-120 bytes, at 40 12-20. At D = 64, 128 * 32 + 384 * 160 =
+  // 512 * 128: three consumers fit only at 160 (kScoresInFlight).
+  static constexpr int kProducerRegs = D == 64 ? 32 : 40;
+  static constexpr int kConsumerRegs = D == 64 ? 160 : 232;
+  // Whether a consumer keeps the next tile's S in flight while it folds P·V (64 more
+  // registers a thread; fwd_consumer.cuh).
+  static constexpr bool kScoresInFlight = D == 128;
 
   // Operand rows: Q and K rows are one token's D codes (D-byte swizzle), Vᵀ rows one d's 128
   // key codes (128-byte swizzle).
@@ -112,7 +122,7 @@ struct Params {
   const float* sv;  // [Hkv][T]
   const int32_t* cu_seqlens;
   const int32_t* q_start;  // [B] or null (flamia.h)
-  WorkList work;    // 128-row query tiles, costliest first
+  WorkList work;    // Plan::kBlockM-row query tiles, costliest first
   int* next_item;   // items taken so far beyond the grid's first (qkv8; zeroed by the guard)
   int kv_block;     // kv heads per block of the work order (divides hkv)
   uint16_t* out;    // bf16 [T][Hq][D]
@@ -129,7 +139,10 @@ struct Params {
 struct Item {
   DocTile dt;
   int h, hk;
-  int num_key_tiles;  // 0: nothing to compute (a tile before q_start, or an empty document)
+  int first_query;    // the document's first query row (q_start; 0 without it)
+  // Key tiles the producer loads: the most any consumer computes (consumer_key_tiles). 0:
+  // nothing to compute (rows all before q_start or past the document, an empty document).
+  int num_key_tiles;
 };
 
 // What the producer announces with a Q buffer: the item it decoded (the consumers read it,
@@ -140,16 +153,51 @@ struct ItemSlot {
 };
 static_assert(sizeof(ItemSlot) <= 64, "the slot's item fits before its scales");
 
+// An item's rows, document-local: a document's rows are cut into 64-row blocks, one a
+// consumer, and an item takes kConsumers of them — except that when the blocks do not divide
+// evenly, the remainder is the document's first item. That item sees the fewest key tiles
+// (causal), so the consumers left without rows idle through the cheapest item, not through
+// the costliest, its last. Items stay ceil(len / kBlockM), the list's count.
+struct ItemRows {
+  int first;   // the item's first row
+  int blocks;  // its 64-row blocks: consumers c < blocks have rows
+};
+template <int D>
+__device__ __forceinline__ ItemRows item_rows(const DocTile& dt) {
+  using P = Plan<D>;
+  const int blocks = (dt.len + P::kRowsPerConsumer - 1) / P::kRowsPerConsumer;
+  const int lead = blocks % P::kConsumers;  // the first item's blocks, when not 0
+  if (lead == 0) return {dt.tile * P::kBlockM, P::kConsumers};
+  if (dt.tile == 0) return {0, lead};
+  return {(lead + (dt.tile - 1) * P::kConsumers) * P::kRowsPerConsumer, P::kConsumers};
+}
+
+// Key tiles consumer c computes of item it: those its 64 rows see, each row at least one key
+// of every such tile (a tile starts at a multiple of 128 <= the rows' first, 64-aligned); 0
+// when it has no rows in the item or they all lie before the document's first query
+// (q_start is a multiple of 128, common/tiles.h, so 64 rows lie wholly on one side of it).
+template <int D>
+__device__ __forceinline__ int consumer_key_tiles(const Item& it, bool causal, int c) {
+  using P = Plan<D>;
+  const ItemRows rows = item_rows<D>(it.dt);
+  const int r0 = rows.first + c * P::kRowsPerConsumer;
+  if (c >= rows.blocks || r0 >= it.dt.len || r0 < it.first_query) return 0;
+  const int key_tiles = (it.dt.len + P::kBlockN - 1) / P::kBlockN;
+  return causal ? min((r0 + P::kRowsPerConsumer - 1) / P::kBlockN + 1, key_tiles) : key_tiles;
+}
+
+template <int D>
 __device__ __forceinline__ Item item_at(const Params& p, int w) {
   Item it;
   const order::SlotHead sh = order::forward_item(w, item_count(p.work), p.hq, p.hkv, p.kv_block);
   it.h = sh.h;
   it.hk = it.h / (p.hq / p.hkv);
   it.dt = doc_tile(p.cu_seqlens, p.work, sh.slot);
-  // Key tiles are as long as query tiles, so the causal diagonal is key tile dt.tile.
-  it.num_key_tiles = p.causal ? min(it.dt.tile + 1, it.dt.num_tiles) : it.dt.num_tiles;
-  // q_start is a multiple of the tile (common/tiles.h): a tile is all keys-only rows or none.
-  if (it.dt.tile * tiles::kFwdBlockM < first_query(p.q_start, it.dt)) it.num_key_tiles = 0;
+  it.first_query = first_query(p.q_start, it.dt);
+  it.num_key_tiles = 0;
+#pragma unroll
+  for (int c = 0; c < Plan<D>::kConsumers; ++c)
+    it.num_key_tiles = max(it.num_key_tiles, consumer_key_tiles<D>(it, p.causal, c));
   return it;
 }
 

@@ -2,7 +2,7 @@
 // first item of CTA b is item b, each later one the grid size plus the counter's next value
 // (fetched while the item's loads go out), so a CTA that finishes early takes more items.
 // Per item with key tiles, once a Q buffer is free (Plan::kQBuffers), it writes the decoded
-// item into the buffer's slot (or that none is left), loads the two 64-row Q tiles and copies
+// item into the buffer's slot (or that none is left), loads the consumers' 64-row Q tiles and copies
 // the rows' sq by cp.async, all announced by the buffer's q_full; per key tile it waits for a
 // free stage, writes the tile's key count into it, starts the TMA loads of K and Vᵀ, and
 // copies the tile's 128 key scales sk, sv with plain loads (one contiguous run of an [H][T]
@@ -46,9 +46,9 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
   for (int w = blockIdx.x, it = 0;; ++it) {
     // An item without key tiles (keys-only rows before q_start, an empty document) has
     // nothing to compute and stores nothing (its rows' O and LSE are not this call's to
-    // write): it is not announced, so that every item the consumers see has a first S.
+    // write): it is not announced, so that some consumer computes every announced item.
     Item item;
-    while (w < items && (item = item_at(p, w)).num_key_tiles == 0) w = take_next();
+    while (w < items && (item = item_at<D>(p, w)).num_key_tiles == 0) w = take_next();
     // Buffer b and its slot are free once the consumers are done with the item kQBuffers
     // before this one (every consumer thread releases its own reads of the slot).
     const int b = it % P::kQBuffers;
@@ -65,7 +65,7 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
       break;
     }
     const int64_t tok0 = item.dt.tok0;
-    const int m0 = item.dt.tile * P::kBlockM;
+    const int m0 = item_rows<D>(item.dt).first;
     int next = 0;
     if (lane == 0) {
       slot->item = item;

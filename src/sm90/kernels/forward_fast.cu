@@ -1,7 +1,8 @@
 // The fast forward (sm_90a): a persistent, warp-specialized kernel composed of the producer
-// and key-scale warps (collective/fwd_producer.cuh) and two consumer warpgroups (collective/fwd_consumer.cuh)
-// over a TMA + mbarrier pipeline, walking the quantizer's longest-first list of 128-row
-// query tiles. Shapes and the shared-memory plan: collective/fwd_plan.cuh.
+// and key-scale warps (collective/fwd_producer.cuh) and the consumer warpgroups (collective/fwd_consumer.cuh)
+// over a TMA + mbarrier pipeline, walking the quantizer's longest-first list of query tiles
+// (128 rows, two consumer warpgroups, at D = 128; 192 rows, three, at D = 64). Shapes and the
+// shared-memory plan: collective/fwd_plan.cuh.
 #include "quantize/layout.cuh"
 #include "quantize/quantize.cuh"
 #include "sm90/arch/warpgroup.cuh"
@@ -90,16 +91,17 @@ cudaError_t forward_fast(const Params& p, void* qkv8, void* out, float* lse) {
     const uint32_t box[2] = {uint32_t(tiles::kFwdBlockN), uint32_t(D)};
     if (cudaError_t e = encode_u8_map(&prm.vt8, base + layout.vt8, 2, dims, strides, box, 128)) return e;
   }
-  set_forward_common(prm, p, base, layout, layout.fwd_work, out, lse);
+  const quant::WorkListRegions& work = layout.fast_forward_work();  // 128- or 192-row items (fwd_plan.cuh)
+  set_forward_common(prm, p, base, layout, work, out, lse);
   const int64_t o_row = int64_t(p.hq) * p.head_dim;
   prm.rows_by_tma = quant::rows_16b_aligned(out, o_row, p.head_dim);
   if (prm.rows_by_tma)
     if (cudaError_t e = encode_natural_map(&prm.o_rows, out, p.total_tokens, p.hq, p.head_dim, o_row, p.head_dim))
       return e;
-  prm.next_item = reinterpret_cast<int*>(base + layout.fwd_work.next);
+  prm.next_item = reinterpret_cast<int*>(base + work.next);
   prm.kv_block = order::forward_kv_block(p.total_tokens, p.hkv, p.head_dim);
-  if (p.head_dim == 64) return fwd::launch<64>(prm, layout.fwd_work.capacity, p.stream);
-  if (p.head_dim == 128) return fwd::launch<128>(prm, layout.fwd_work.capacity, p.stream);
+  if (p.head_dim == 64 && work.tile == fwd::Plan<64>::kBlockM) return fwd::launch<64>(prm, work.capacity, p.stream);
+  if (p.head_dim == 128 && work.tile == fwd::Plan<128>::kBlockM) return fwd::launch<128>(prm, work.capacity, p.stream);
   return cudaErrorInvalidValue;
 }
 
