@@ -125,7 +125,9 @@ TEST_P(QStart, LaterRowsAsWithoutItEarlierRowsUntouched) {
 INSTANTIATE_TEST_SUITE_P(GPU, QStart,
                          ::testing::Values(Param{FLAMIA_RECIPE_FP8, 128, true}, Param{FLAMIA_RECIPE_FP8, 64, true},
                                            Param{FLAMIA_RECIPE_FP8_MIXED, 128, true},
-                                           Param{FLAMIA_RECIPE_FP8_MIXED, 64, false}),
+                                           Param{FLAMIA_RECIPE_FP8_MIXED, 64, false},
+                                           // the dK/dV pass of three warpgroups (192-key tiles)
+                                           Param{FLAMIA_RECIPE_FP8_MIXED, 64, true}),
                          param_name);
 
 // An invalid device q_start: the call succeeds without a synchronisation, its outputs are

@@ -49,6 +49,7 @@ struct BwdArgs {
   const int32_t* cu_seqlens;
   const int32_t* q_start;  // [B] or null (flamia.h)
   WorkList work;  // 128-token tiles: the dK/dV pass's key tiles, the dQ pass's query tiles
+  WorkList items; // 192-token tiles (the fast forward's list): the key tiles of a dK/dV pass of three warpgroups
   uint16_t* dq;         // bf16 [T, Hq, D]
   float* dq_acc;        // fp32 [T, Hq, D], zeroed: the fused dQ's sums (workspace), else null
   uint16_t* dk;         // bf16 [T, Hkv, D]
@@ -71,13 +72,24 @@ struct BwdArgs {
 };
 static_assert(sizeof(BwdArgs) <= 4096, "a kernel parameter block holds at most 4 KB");
 
+// The list a dK/dV pass of `warpgroups` walks (DkdvSmem::kWarpgroups): its key tiles are 64
+// tokens a warpgroup.
+__host__ __device__ inline const WorkList& dkdv_list(const BwdArgs& a, int warpgroups) {
+  return warpgroups == 3 ? a.items : a.work;
+}
+
 // Both passes run CTAs of two warpgroups, each owning 64 rows (keys for dK/dV, queries for
 // dQ) of a 128-token tile and sharing every stage of the other side, so each byte loaded
 // feeds the products of 128 rows (a 64-row CTA was waiting on memory: docs/PERFORMANCE.md
 // v6b, v7). A warpgroup holds its rows' accumulators and a fresh product (up to ~224
-// registers): one CTA of 256 threads per SM. Both walk the 128-token work list.
+// registers): one CTA of 256 threads per SM. Both walk the 128-token work list — except
+// fp8_mixed's dK/dV pass at D = 64 without the stored dS: its step fits 168 registers (with
+// ~3 local loads a step; fp8's would spill 248 bytes), so its CTAs are three warpgroups (192 keys, the 192-token list), three warps a scheduler to
+// cover each warp's dependent chain (docs/PERFORMANCE.md v87).
 constexpr int kDkdvWarpgroups = 2;
 constexpr int kDkdvThreads = kDkdvWarpgroups * kThreads;
+template <int D, bool kMixed, bool kFused, bool kStoreDs>
+constexpr int kDkdvWarpgroupsOf = D == 64 && kMixed && !kFused && !kStoreDs ? 3 : kDkdvWarpgroups;
 constexpr int kDqWarpgroups = 2;
 constexpr int kDqThreads = kDqWarpgroups * kThreads;
 // At D = 64 the dQ CTA fits in 128 registers a thread: two CTAs (16 warps) per SM.
@@ -90,7 +102,8 @@ constexpr int kDqCtasPerSm = D == 64 ? 2 : 1;
 constexpr int kBwdStages = 3;
 static_assert(kDkdvWarpgroups * kTileTokens == tiles::kFwdBlockM &&
                   kDqWarpgroups * kTileTokens == tiles::kFwdBlockM,
-              "the backward's CTAs walk the 128-token work list");
+              "the backward's two-warpgroup CTAs walk the 128-token work list");
+static_assert(3 * kTileTokens == tiles::kFwdBlockM64, "a three-warpgroup dK/dV CTA walks the 192-token list");
 
 // A BF16 tile's row of 64 values (a stored dS tile's, the fused dQ's dS buffers).
 constexpr int kBf16ColRowBytes = 2 * kTileTokens;
@@ -108,6 +121,8 @@ constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
 
 template <int D, bool kMixed, bool kFused = false, bool kStoreDs = false>
 struct DkdvSmem {
+  static constexpr int kWarpgroups = kDkdvWarpgroupsOf<D, kMixed, kFused, kStoreDs>;
+  static constexpr int kCtaThreads = kWarpgroups * sm90::kThreads;
   static constexpr int kStages = kFused ? 2 : kBwdStages;
   // Warpgroup w's keys at keys(w): its K (A of Sᵀ) and V (A of dPᵀ) tiles and key scales.
   static constexpr int kK = 0;
@@ -119,7 +134,7 @@ struct DkdvSmem {
   // After its last step a warpgroup's keys are dead: its dK and then its dV rows go out
   // through the swizzle-aligned part of them (store_rows_tma), a bf16 tile of 64 rows.
   static constexpr int rows_out(int w) { return align_up(keys(w), kSwizzleAlign); }
-  static_assert(rows_out(kDkdvWarpgroups - 1) + kTileTokens * D * 2 <= keys(kDkdvWarpgroups - 1) + kKeyBytes,
+  static_assert(rows_out(kWarpgroups - 1) + kTileTokens * D * 2 <= keys(kWarpgroups - 1) + kKeyBytes,
                 "a warpgroup's dK or dV tile fits in its keys");
   // The fused dQ only. The CTA's k in BF16 (B of dQ = dS K): chunk w holds warpgroup w's 64
   // keys, natural rows (bwd_natural_rows.cuh). Two dS
@@ -128,7 +143,7 @@ struct DkdvSmem {
   static constexpr int kKtChunk = D * kBf16ColRowBytes;
   static constexpr int kDsChunk = kTileTokens * kBf16ColRowBytes;
   static constexpr int kDsBuffer = kDkdvWarpgroups * kDsChunk;
-  static constexpr int kKt = align_up(kDkdvWarpgroups * kKeyBytes, kSwizzleAlign);
+  static constexpr int kKt = align_up(kWarpgroups * kKeyBytes, kSwizzleAlign);
   static constexpr int kDs = kKt + (kFused ? kDkdvWarpgroups * kKtChunk : 0);
   // The stored dS (kStoreDs): fp8_mixed uses the same two buffers, each warpgroup its own
   // chunk; fp8 two buffers of FP32 staging, 64 query rows of the warpgroup's 64 keys each.
@@ -136,7 +151,7 @@ struct DkdvSmem {
   static constexpr int kStagingChunk = kTileTokens * kStagingRowFloats * 4;
   static constexpr int kStoreBytes = !kStoreDs ? 0 : kMixed ? 2 * kDsBuffer : 2 * kDkdvWarpgroups * kStagingChunk;
   static constexpr int kStage0 = align_up(kDs + (kFused ? 2 * kDsBuffer : kStoreBytes), kSwizzleAlign);
-  // One stage: a query tile of one head, read by both warpgroups. The TMA tiles first
+  // One stage: a query tile of one head, read by every warpgroup. The TMA tiles first
   // (kTmaBytes, swizzle-aligned), then the per-query values sq, sdo, LSE, D (cp.async).
   static constexpr int kQ = 0;                                // B of Sᵀ: Q rows
   static constexpr int kDo = kQ + kTmaTileBytes<D>;           // B of dPᵀ: dO rows

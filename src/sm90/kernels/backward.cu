@@ -141,41 +141,44 @@ __global__ void __launch_bounds__(1024) ds_doc_bases(const int32_t* __restrict__
 static_assert(guard::kNone == 0, "enter_cta reads a fault word of 0 as none");
 
 template <int D, bool kMixed, bool kFused, bool kStoreDs = false>
-__global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_constant__ BwdArgs a) {
+__global__ void __launch_bounds__((DkdvSmem<D, kMixed, kFused, kStoreDs>::kCtaThreads), 1)
+    dkdv_kernel(const __grid_constant__ BwdArgs a) {
   static_assert(!kFused || (kMixed && D == 128), "the fused dQ is fp8_mixed's, at D = 128");
   static_assert(!(kStoreDs && kFused), "the stored dS and the fused dQ are alternatives");
   using S = DkdvSmem<D, kMixed, kFused, kStoreDs>;
+  constexpr int kW = S::kWarpgroups;  // 64 keys each
+  const WorkList& list = dkdv_list(a, kW);  // key tiles of 128 or 192 tokens
   extern __shared__ uint8_t smem_raw[];
   // One CTA per (work-list slot, kv head), in blocks of kv heads (order::backward_cta); the
   // stored dS's launches cover a slab of kv heads, side by side (a slab's one block: the
   // slabs are small already, and blocks inside them started the costliest CTAs late, v66).
   const int heads = kStoreDs ? a.ds_hkv : a.hkv;
   const order::SlotHead cta =
-      order::backward_cta(int(blockIdx.x), a.work.capacity, heads, heads, kStoreDs ? heads : a.kv_block);
+      order::backward_cta(int(blockIdx.x), list.capacity, heads, heads, kStoreDs ? heads : a.kv_block);
   const int slot = cta.slot, hk = (kStoreDs ? a.ds_hk0 : 0) + cta.h;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
-  const CtaItem entry = enter_cta(a.work, slot, &a.status->fault, a.cu_seqlens, a.q_start);
+  const CtaItem entry = enter_cta(list, slot, &a.status->fault, a.cu_seqlens, a.q_start);
   if (!entry.ok) return;
   const DocTile dt = entry.dt;
-  // Item t of a document is its 128-key tile nt - 1 - t when causal (cost order, schedule.cuh).
+  // Item t of a document is its key tile nt - 1 - t when causal (cost order, schedule.cuh).
   const int n = a.causal ? dt.num_tiles - 1 - dt.tile : dt.tile;
   const int wg = warpgroup::index();
   // This warpgroup's 64 keys: the 64-token key tile nw, keys [kw0, kw0 + valid_k).
-  const int nw = kDkdvWarpgroups * n + wg, kw0 = nw * kTileTokens;
+  const int nw = kW * n + wg, kw0 = nw * kTileTokens;
   const int valid_k = min(kTileTokens, dt.len - kw0);  // <= 0: no keys (the document ends first)
   const int group = a.hq / a.hkv;
   const int num_query_tiles_doc = (dt.len + kTileTokens - 1) / kTileTokens;
   // Query tiles from the first that sees the CTA's first keys (causal) and is no tile of
   // keys-only rows (q_start, a multiple of the tile); a warpgroup skips the tiles that see
   // none of its own keys.
-  const int m_first = max(a.causal ? kDkdvWarpgroups * n : 0, entry.first_query / kTileTokens);
+  const int m_first = max(a.causal ? kW * n : 0, entry.first_query / kTileTokens);
   const int num_query_tiles = num_query_tiles_doc - m_first;
   const int steps = group * num_query_tiles;  // (query head, query tile), head-major
   const DocMask mask{dt.len, a.causal};
   uint8_t* smem = swizzle_aligned(smem_raw);
   const uint32_t base = ptx::smem_addr(smem);
   if (kFused && elected_thread()) mbar::init(base + S::kKtFull, 1);  // published by the barrier below
-  init_stage_barriers<S::kStages>(base + S::full(0), base + S::empty(0), kDkdvThreads);
+  init_stage_barriers<S::kStages>(base + S::full(0), base + S::empty(0), S::kCtaThreads);
   const bool elected = elected_thread();  // starts the stages' TMA loads
   if (elected) {
     tma::prefetch_map(a.q8_rows);
@@ -184,10 +187,10 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     tma::prefetch_map(a.q_b);
     if constexpr (kFused) {
       // The CTA's k rows, both chunks (a chunk past the document is loaded and never read).
-      mbar::arrive_expect_tx(base + S::kKtFull, kDkdvWarpgroups * S::kKtChunk);
-      for (int c = 0; c < kDkdvWarpgroups; ++c)
+      mbar::arrive_expect_tx(base + S::kKtFull, kW * S::kKtChunk);
+      for (int c = 0; c < kW; ++c)
         load_natural_rows<D>(base + S::kKt + c * S::kKtChunk, a.k_b, base + S::kKtFull, hk,
-                             int(dt.tok0) + (kDkdvWarpgroups * n + c) * kTileTokens);
+                             int(dt.tok0) + (kW * n + c) * kTileTokens);
     }
   }
 
@@ -222,15 +225,16 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
     load_token_b_tile<D, kMixed>(st + S::kDot, a.do_b, full, t.h, tok, pos);
     load_token_b_tile<D, kMixed>(st + S::kQt, a.q_b, full, t.h, tok, pos);
   };
-  // Every thread: one of a step's 256 per-query values (thread t: value t % 64 of sq, sdo,
-  // LSE, D for t / 64 = 0..3, as laid out from kSqT on, each in the lanes' column order), by
-  // cp.async.
+  // The first 256 threads: one each of a step's 256 per-query values (thread t: value t % 64
+  // of sq, sdo, LSE, D for t / 64 = 0..3, as laid out from kSqT on, each in the lanes' column
+  // order), by cp.async; a third warpgroup's threads copy none.
   const int value_i = int(threadIdx.x) & (kTileTokens - 1), value_kind = int(threadIdx.x) / kTileTokens;
   const float* const values = value_kind == 0 ? a.sq : value_kind == 1 ? a.sdo : value_kind == 2 ? a.lse2 : a.dvec;
   auto load_query_values = [&](int s, QueryTile t) {
     const int m0 = t.m * kTileTokens;
-    load_scalar_lane_ordered(base + S::stage(s) + S::kSqT + value_kind * kScalarTileBytes,
-                             values + (t.h * a.total_tokens + dt.tok0 + m0), dt.len - m0, value_i);
+    if (kW == 2 || value_kind < 4)
+      load_scalar_lane_ordered(base + S::stage(s) + S::kSqT + value_kind * kScalarTileBytes,
+                               values + (t.h * a.total_tokens + dt.tok0 + m0), dt.len - m0, value_i);
   };
   // Every thread: a step into the next stage of the ring, once every thread has left it.
   StageCursor<S::kStages> load, use;
@@ -261,11 +265,11 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
   if constexpr (kFused) {
     mbar::wait(base + S::kKtFull, 0);
     if (zero_q) {
-      for (int c = 0; c < kDkdvWarpgroups; ++c)
+      for (int c = 0; c < kW; ++c)
         zero_nonfinite_rows<D>(smem + S::kKt + c * S::kKtChunk, a.sk + hk * a.total_tokens,
-                               dt.tok0 + (kDkdvWarpgroups * n + c) * kTileTokens, a.total_tokens,
-                               int(threadIdx.x), kDkdvThreads);
-      natural_rows_ready(kDkdvThreads);
+                               dt.tok0 + (kW * n + c) * kTileTokens, a.total_tokens,
+                               int(threadIdx.x), S::kCtaThreads);
+      natural_rows_ready(S::kCtaThreads);
     }
   }
 
@@ -285,9 +289,9 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
       if (zero_q || zero_do) {
         uint8_t* st = smem + S::stage(use.index);
         const int64_t tok = dt.tok0 + m0, off = int64_t(cur.h) * a.total_tokens;
-        if (zero_q) zero_nonfinite_rows<D>(st + S::kQt, a.sq + off, tok, a.total_tokens, int(threadIdx.x), kDkdvThreads);
-        if (zero_do) zero_nonfinite_rows<D>(st + S::kDot, a.sdo + off, tok, a.total_tokens, int(threadIdx.x), kDkdvThreads);
-        natural_rows_ready(kDkdvThreads);
+        if (zero_q) zero_nonfinite_rows<D>(st + S::kQt, a.sq + off, tok, a.total_tokens, int(threadIdx.x), S::kCtaThreads);
+        if (zero_do) zero_nonfinite_rows<D>(st + S::kDot, a.sdo + off, tok, a.total_tokens, int(threadIdx.x), S::kCtaThreads);
+        natural_rows_ready(S::kCtaThreads);
       }
     }
     FusedDq fz{};
@@ -304,7 +308,7 @@ __global__ void __launch_bounds__(kDkdvThreads, 1) dkdv_kernel(const __grid_cons
       StoredDs sd{};
       if constexpr (kStoreDs) {
         sd.chunk = kMixed ? base + S::kDs + (stored & 1) * S::kDsBuffer + wg * S::kDsChunk
-                          : base + S::kDs + ((stored & 1) * kDkdvWarpgroups + wg) * S::kStagingChunk;
+                          : base + S::kDs + ((stored & 1) * kW + wg) * S::kStagingChunk;
         sd.tile = run.tile(cur.h, m, nw);
         if constexpr (!kMixed) {
           sd.pending_chunk = pending_chunk;
@@ -651,12 +655,15 @@ __global__ void __launch_bounds__(256) dq_from_accumulator(const float* __restri
 
 template <int D, bool kMixed>
 cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
-  constexpr int kDkdvSmem = DkdvSmem<D, kMixed>::kAlloc, kDqSmem = DqSmem<D, kMixed>::kAlloc;
+  using SK = DkdvSmem<D, kMixed>;
+  constexpr int kDkdvSmem = SK::kAlloc, kDqSmem = DqSmem<D, kMixed>::kAlloc;
   cudaError_t attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false>), kDkdvSmem);
   if (attr == cudaSuccess) attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_kernel<D, kMixed>), kDqSmem);
   if (attr != cudaSuccess) return attr;
-  // One CTA per (work-list slot, head), in blocks of kv heads (order::backward_cta).
-  dkdv_kernel<D, kMixed, false><<<unsigned(int64_t(a.work.capacity) * a.hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
+  // One CTA per (work-list slot, head), in blocks of kv heads (order::backward_cta); the
+  // dK/dV pass's slots are those of its key tiles' list (DkdvSmem::kWarpgroups).
+  dkdv_kernel<D, kMixed, false>
+      <<<unsigned(int64_t(dkdv_list(a, SK::kWarpgroups).capacity) * a.hkv), SK::kCtaThreads, kDkdvSmem, stream>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   dq_kernel<D, kMixed><<<unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream>>>(a);
@@ -807,6 +814,7 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.cu_seqlens = p.cu_seqlens;
   a.q_start = p.q_start;
   a.work = work_list(base, layout, layout.fwd_work);
+  a.items = work_list(base, layout, layout.fwd_work64);  // capacity 0 at D = 128, where no pass walks it
   a.dq = static_cast<uint16_t*>(dq);
   a.dq_acc = fused ? reinterpret_cast<float*>(ws + ws_layout.dq_acc) : nullptr;
   int64_t* ds_doc_base = nullptr;
