@@ -371,6 +371,15 @@ guard::GuardArgs make_guard(const DeviceCall& p, guard::FingerprintMode mode, ui
   return g;
 }
 
+// What a fault zeroes in qkv8 (guard.cuh): every work list's count and the fast forward's
+// counter, so that no kernel walks a list built from an invalid cu_seqlens.
+void guard_work_lists(guard::GuardArgs& g, uint8_t* qkv8, const Qkv8Layout& layout) {
+  g.counts[0] = reinterpret_cast<int*>(qkv8 + layout.work.count);
+  g.counts[1] = reinterpret_cast<int*>(qkv8 + layout.fwd_work.count);
+  if (layout.fwd_work64.capacity > 0) g.counts[2] = reinterpret_cast<int*>(qkv8 + layout.fwd_work64.count);
+  g.next_item = reinterpret_cast<int*>(qkv8 + layout.fast_forward_work().next);
+}
+
 // The forward on a filled qkv8: validate cu_seqlens and compare the fingerprint before the
 // forward kernels trust the stored work list.
 __global__ void __launch_bounds__(kThreads) check_qkv8_kernel(const __grid_constant__ guard::GuardArgs g) {
@@ -473,10 +482,7 @@ cudaError_t check_qkv8(const DeviceCall& p, void* qkv8) {
                                          reinterpret_cast<uint64_t*>(base + layout.fingerprint),
                                          reinterpret_cast<guard::DeviceError*>(base + layout.status),
                                          guard::kStageForward);
-  g.counts[0] = reinterpret_cast<int*>(base + layout.work.count);
-  g.counts[1] = reinterpret_cast<int*>(base + layout.fwd_work.count);
-  if (layout.fwd_work64.capacity > 0) g.counts[2] = reinterpret_cast<int*>(base + layout.fwd_work64.count);
-  g.next_item = reinterpret_cast<int*>(base + layout.fast_forward_work().next);
+  quant::guard_work_lists(g, base, layout);
   quant::check_qkv8_kernel<<<1, quant::kThreads, 0, p.stream>>>(g);
   return cudaGetLastError();
 }
@@ -565,10 +571,7 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward) {
                                   reinterpret_cast<uint64_t*>(base + layout.fingerprint),
                                   reinterpret_cast<guard::DeviceError*>(base + layout.status),
                                   guard::kStageQuantize);
-  batch.guard.counts[0] = batch.work[0].count;
-  batch.guard.counts[1] = batch.work[1].count;
-  batch.guard.counts[2] = batch.work[2].count;
-  batch.guard.next_item = reinterpret_cast<int*>(base + layout.fast_forward_work().next);
+  quant::guard_work_lists(batch.guard, base, layout);
   return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
 }
 

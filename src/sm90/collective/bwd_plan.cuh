@@ -84,8 +84,9 @@ __host__ __device__ inline const WorkList& dkdv_list(const BwdArgs& a, int warpg
 // v6b, v7). A warpgroup holds its rows' accumulators and a fresh product (up to ~224
 // registers): one CTA of 256 threads per SM. Both walk the 128-token work list — except
 // fp8_mixed's dK/dV pass at D = 64 without the stored dS: its step fits 168 registers (with
-// ~3 local loads a step; fp8's would spill 248 bytes), so its CTAs are three warpgroups (192 keys, the 192-token list), three warps a scheduler to
-// cover each warp's dependent chain (docs/PERFORMANCE.md v87).
+// ~3 local loads a step; fp8's would spill 248 bytes), so its CTAs are three warpgroups (192
+// keys, the 192-token list), three warps a scheduler to cover each warp's dependent chain
+// (docs/PERFORMANCE.md v87).
 constexpr int kDkdvWarpgroups = 2;
 constexpr int kDkdvThreads = kDkdvWarpgroups * kThreads;
 template <int D, bool kMixed, bool kFused, bool kStoreDs>
