@@ -245,6 +245,16 @@ void GpuRunner::poison() {
   }
 }
 
+size_t GpuRunner::workspace_bytes_written_from(size_t offset) {
+  if (offset >= ws_.bytes()) return 0;
+  std::vector<uint8_t> tail(ws_.bytes() - offset);
+  check_cuda(cudaMemcpyAsync(tail.data(), static_cast<const uint8_t*>(ws_.get()) + offset, tail.size(),
+                             cudaMemcpyDeviceToHost, stream_),
+             "download workspace");
+  sync();
+  return size_t(std::count_if(tail.begin(), tail.end(), [](uint8_t b) { return b != 0xFF; }));
+}
+
 void GpuRunner::sync() { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
 void GpuRunner::download_fwd(FwdResult* r) {

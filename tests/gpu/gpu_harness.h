@@ -131,6 +131,10 @@ class GpuRunner {
   size_t qkv8_bytes() const { return qkv8_.bytes(); }
   void* workspace() const { return ws_.get(); }
   size_t workspace_bytes() const { return ws_.bytes(); }
+  // Bytes of the workspace from `offset` on that the last call wrote (no longer the poison
+  // byte): shows that a mode whose buffers lie past the plain workspace (the stored dS, the
+  // fused dQ's sums) ran, where its results alone would match the mode it replaces.
+  size_t workspace_bytes_written_from(size_t offset);
 
   void upload(const Inputs& in);
   void poison();

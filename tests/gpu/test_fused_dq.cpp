@@ -77,6 +77,8 @@ TEST_P(FusedDq, DkDvBitwiseDqToRounding) {
     GpuRunner r1(c);
     ASSERT_GT(r1.workspace_bytes(), r0->workspace_bytes()) << "the fused dQ's accumulator is in the workspace";
     ASSERT_EQ(r1.forward_backward(in, &f1, &b1), FLAMIA_SUCCESS) << flamia_last_error();
+    EXPECT_GT(r1.workspace_bytes_written_from(r0->workspace_bytes()), 0u)
+        << "the accumulator was not written: the fused dQ did not run";
   }
   EXPECT_EQ(b1.dk, b0.dk) << "dK";
   EXPECT_EQ(b1.dv, b0.dv) << "dV";

@@ -45,6 +45,11 @@ void expect_bitwise(const Case& c, uint64_t seed, const char* mib = nullptr) {
     if (mib != nullptr) budget.emplace("FLAMIA_BWD_DS_MIB", mib);
     GpuRunner r1(c);
     ASSERT_EQ(r1.forward_backward(in, &f1, &b1), FLAMIA_SUCCESS) << flamia_last_error();
+    // The tiles lie past the plain workspace: written only where the stored path ran.
+    EXPECT_GT(r1.workspace_bytes_written_from(
+                  flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe)),
+              0u)
+        << "no stored dS tile written";
   }
   EXPECT_EQ(b1.dq, b0.dq) << "dQ";
   EXPECT_EQ(b1.dk, b0.dk) << "dK";
@@ -132,14 +137,20 @@ TEST(StoredDqDefault, Fp8MixedStoresWhereTheWorkspaceHoldsIt) {
             flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe))
       << "the default sizes room for fp8_mixed's stored dS at D = 128";
   ASSERT_EQ(big.workspace_bytes(), flamia_backward_workspace_bytes_for(&a));
+  const size_t plain_bytes = flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe);
+  {
+    DqEnv recompute("recompute");  // the same workspace, the tiles' part left alone
+    ASSERT_EQ(big.forward_backward(in, &f, &stored), FLAMIA_SUCCESS) << flamia_last_error();
+    EXPECT_EQ(big.workspace_bytes_written_from(plain_bytes), 0u) << "recompute wrote past the plain workspace";
+  }
   ASSERT_EQ(big.forward_backward(in, &f, &stored), FLAMIA_SUCCESS) << flamia_last_error();
+  EXPECT_GT(big.workspace_bytes_written_from(plain_bytes), 0u) << "the default did not store dS";
   std::unique_ptr<GpuRunner> small;
   {
     DqEnv recompute("recompute");  // sizes the plain workspace
     small = std::make_unique<GpuRunner>(c);
   }
-  ASSERT_EQ(small->workspace_bytes(),
-            flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe));
+  ASSERT_EQ(small->workspace_bytes(), plain_bytes);
   ASSERT_EQ(small->forward_backward(in, &f, &plain), FLAMIA_SUCCESS)
       << "the plain workspace is enough by default: " << flamia_last_error();
   for (const BwdResult* b : {&stored, &plain}) {
