@@ -6,8 +6,8 @@
 # first tree (tools/ab_summary.py). Trees are directories holding a copy of the repository
 # (tools/make_trees.sh makes them from revisions); the first is the reference.
 #   bash tools/ab_bench.sh DIR_REF DIR [DIR ...]
-# Environment: OUT (default ./out: bench_<tree>_round<k>.json/.txt, build logs, ab_bench.md,
-# ab_bench_runs.json = every run in one file), WORKLOADS (default
+# Environment: OUT (default ./out: ab_bench.md, ab_bench_runs.json = every run in one file,
+# ab_rounds.tar.gz = each run's bench_<tree>_round<k>.json/.txt and the build logs), WORKLOADS (default
 # fixed-16k,pack-32k,llama8b-pack,llama1b-pack), RECIPES (default fp8), ROUNDS (default 3),
 # ITERS (default 10), PHASES (default fwd,bwd,step), WHAT (the bundle's description),
 # SETTLE_MS (default 0: flamia_bench --settle-ms, idle before each timed region, so that a
@@ -67,4 +67,7 @@ done
 python3 "$ROOT/tools/ab_summary.py" --phases "${PHASES:-fwd,bwd,step}" --bundle "$OUT/ab_bench_runs.json" \
   --what "${WHAT:-${BENCH_ENV:+$BENCH_ENV }flamia_bench --recipes $RECIPES --iters $ITERS, trees alternated $ROUNDS times: ${names[*]}}" \
   "${files[@]}" | tee "$OUT/ab_bench.md"
+# A device call returns few files: the per-round outputs and build logs (every run is also in
+# the bundle) go into one archive.
+(cd "$OUT" && tar -czf ab_rounds.tar.gz bench_*_round*.* *.build.log 2>/dev/null && rm -f bench_*_round*.* *.build.log)
 exit $status

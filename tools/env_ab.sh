@@ -49,4 +49,7 @@ for i in "${!names[@]}"; do described+=("${names[$i]}: ${envs[$i]:-(none)}"); do
 python3 "$ROOT/tools/ab_summary.py" --phases "${PHASES:-fwd,bwd,step}" --bundle "$OUT/env_ab_runs.json" \
   --what "${WHAT:-flamia_bench --recipes $RECIPES --iters $ITERS, settings alternated $ROUNDS times: ${described[*]}}" \
   "${files[@]}" | tee "$OUT/env_ab.md"
+# The per-round outputs (every run is also in the bundle) in one archive: a device call
+# returns few files.
+(cd "$OUT" && tar -czf env_rounds.tar.gz bench_*_round*.* 2>/dev/null && rm -f bench_*_round*.*)
 exit $status
