@@ -28,6 +28,11 @@ struct DqEnv : ScopedEnv {
   explicit DqEnv(const char* dq) : ScopedEnv("FLAMIA_BWD_DQ", dq) {}
 };
 
+// The workspace without the stored tiles (flamia_backward_workspace_bytes); the tiles lie past it.
+size_t plain_workspace_bytes(const Case& c) {
+  return flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe);
+}
+
 // The recomputing backward and the stored-dS one on the same inputs; mib: the tiles' budget
 // (1: one kv head a slab).
 void expect_bitwise(const Case& c, uint64_t seed, const char* mib = nullptr) {
@@ -45,11 +50,8 @@ void expect_bitwise(const Case& c, uint64_t seed, const char* mib = nullptr) {
     if (mib != nullptr) budget.emplace("FLAMIA_BWD_DS_MIB", mib);
     GpuRunner r1(c);
     ASSERT_EQ(r1.forward_backward(in, &f1, &b1), FLAMIA_SUCCESS) << flamia_last_error();
-    // The tiles lie past the plain workspace: written only where the stored path ran.
-    EXPECT_GT(r1.workspace_bytes_written_from(
-                  flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe)),
-              0u)
-        << "no stored dS tile written";
+    // Written only where the stored path ran.
+    EXPECT_GT(r1.workspace_bytes_written_from(plain_workspace_bytes(c)), 0u) << "no stored dS tile written";
   }
   EXPECT_EQ(b1.dq, b0.dq) << "dQ";
   EXPECT_EQ(b1.dk, b0.dk) << "dK";
@@ -133,11 +135,9 @@ TEST(StoredDqDefault, Fp8MixedStoresWhereTheWorkspaceHoldsIt) {
   DqEnv unset(nullptr);
   GpuRunner big(c);
   const flamia_attention_args a = big.args();
-  ASSERT_GT(big.workspace_bytes(),
-            flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe))
-      << "the default sizes room for fp8_mixed's stored dS at D = 128";
+  const size_t plain_bytes = plain_workspace_bytes(c);
+  ASSERT_GT(big.workspace_bytes(), plain_bytes) << "the default sizes room for fp8_mixed's stored dS at D = 128";
   ASSERT_EQ(big.workspace_bytes(), flamia_backward_workspace_bytes_for(&a));
-  const size_t plain_bytes = flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe);
   {
     DqEnv recompute("recompute");  // the same workspace, the tiles' part left alone
     ASSERT_EQ(big.forward_backward(in, &f, &stored), FLAMIA_SUCCESS) << flamia_last_error();
