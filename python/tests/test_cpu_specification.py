@@ -101,7 +101,10 @@ def test_backward_allocates_no_zero_gradient_for_the_saved_state(recipe):
     q, k, v, dout, cu = make_pack([300, 212], 2, 2, 64, seed=3, device="cpu")
     qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
     nbytes = _lib.get().qkv8_bytes(512, 2, 2, 2, 64, _lib.recipe_id(recipe), True)
+    if nbytes == 0:
+        pytest.skip("a build without CUDA: qkv8 has no size")
     out = flamia.attention(qr, kr, vr, cu, 300, recipe=recipe)
+
     def zero_fills(fn):
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             fn()
