@@ -144,6 +144,19 @@ std::vector<uint32_t> bits_of(const std::vector<float>& x, size_t n) {
   return u;
 }
 
+// Runs the forward and the backward of both calls and expects the same bits in every output.
+void expect_same_step(HostCall& want, HostCall& got) {
+  for (HostCall* x : {&want, &got}) {
+    ASSERT_EQ(x->forward(), FLAMIA_SUCCESS) << flamia_last_error();
+    ASSERT_EQ(x->backward(), FLAMIA_SUCCESS) << flamia_last_error();
+  }
+  EXPECT_EQ(got.out, want.out) << "O";
+  EXPECT_EQ(bits_of(got.lse, got.lse.size()), bits_of(want.lse, want.lse.size())) << "LSE";
+  EXPECT_EQ(got.dq, want.dq) << "dQ";
+  EXPECT_EQ(got.dk, want.dk) << "dK";
+  EXPECT_EQ(got.dv, want.dv) << "dV";
+}
+
 // =========================================================================================
 // Valid host calls equal the specification bit for bit
 // =========================================================================================
@@ -223,15 +236,7 @@ TEST(Api, StridedInputViewsMatchDense) {
   strided.args.k = flamia::bf16_rows_view(fused.data() + size_t(hq) * D, T, hkv, D, int64_t(H) * D);
   strided.args.v = flamia::bf16_rows_view(fused.data() + size_t(hq + hkv) * D, T, hkv, D, int64_t(H) * D);
   strided.dout_t = flamia::bf16_rows_view(dout_wide.data(), T, hq, D, int64_t(hq + 1) * D);
-  for (HostCall* c : {&dense, &strided}) {
-    ASSERT_EQ(c->forward(), FLAMIA_SUCCESS) << flamia_last_error();
-    ASSERT_EQ(c->backward(), FLAMIA_SUCCESS) << flamia_last_error();
-  }
-  EXPECT_EQ(dense.out, strided.out);
-  EXPECT_EQ(bits_of(dense.lse, dense.lse.size()), bits_of(strided.lse, strided.lse.size()));
-  EXPECT_EQ(dense.dq, strided.dq);
-  EXPECT_EQ(dense.dk, strided.dk);
-  EXPECT_EQ(dense.dv, strided.dv);
+  expect_same_step(dense, strided);
 }
 
 // Hkv = 1: the head strides of k, v and dk are never used to address memory; odd values are
@@ -241,14 +246,7 @@ TEST(Api, StridesOfSizeOneDimsAreIgnored) {
   c.args.k.strides[1] = 12345;
   c.args.v.strides[1] = 0;
   c.dk_t.strides[1] = 7;
-  for (HostCall* x : {&dense, &c}) {
-    ASSERT_EQ(x->forward(), FLAMIA_SUCCESS) << flamia_last_error();
-    ASSERT_EQ(x->backward(), FLAMIA_SUCCESS) << flamia_last_error();
-  }
-  EXPECT_EQ(c.out, dense.out);
-  EXPECT_EQ(c.dq, dense.dq);
-  EXPECT_EQ(c.dk, dense.dk);
-  EXPECT_EQ(c.dv, dense.dv);
+  expect_same_step(dense, c);
 }
 
 TEST(Api, EmptyPackSucceeds) {
@@ -263,15 +261,7 @@ TEST(Api, EmptyPackSucceeds) {
 TEST(Api, MaxSeqlenMayBeAnUpperBound) {
   HostCall tight({20, 12}, 2, 1, 64, true), c({20, 12}, 2, 1, 64, true);
   c.args.max_seqlen = 4096;
-  for (HostCall* x : {&tight, &c}) {
-    ASSERT_EQ(x->forward(), FLAMIA_SUCCESS) << flamia_last_error();
-    ASSERT_EQ(x->backward(), FLAMIA_SUCCESS) << flamia_last_error();
-  }
-  EXPECT_EQ(c.out, tight.out);
-  EXPECT_EQ(bits_of(c.lse, c.lse.size()), bits_of(tight.lse, tight.lse.size()));
-  EXPECT_EQ(c.dq, tight.dq);
-  EXPECT_EQ(c.dk, tight.dk);
-  EXPECT_EQ(c.dv, tight.dv);
+  expect_same_step(tight, c);
 }
 
 TEST(Api, HostQuantizeIsAValidatedNoOp) {

@@ -1,9 +1,9 @@
 // Hostile cu_seqlens / max_seqlen (quantize/guard.h): the validation the device runs, as the
-// host runs it, against the rules written out on their own; the order in which faults are reported; the messages; the qkv8 fingerprint;
-// and flamia_check_errors where no device call has run.
+// host runs it, against the rules written out on their own; the order in which faults are
+// reported; the messages; the qkv8 fingerprint; and flamia_check_errors where no device call
+// has run.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <random>
