@@ -4,7 +4,8 @@
 // For each scheme (per_token, per_tensor, token_block32, bf16) and recipe (fp8, fp8_mixed)
 // it prints relative L2 errors against float64 attention on a packed workload, on normal
 // inputs, on outlier inputs, the quiet documents' O error next to one loud document, and
-// whether causal safety and document isolation hold bitwise.
+// whether causal safety and document isolation hold bitwise; per-token also with the other
+// form of the backward's D (EmulationConfig::d_rows) and fp8_mixed's E4M3 dQ operands.
 //
 // With --options it instead compares the forward options of docs/ALGORITHM.md §7 (O
 // accumulated in the tensor core, P's scale without a row maximum) against the default
@@ -78,6 +79,7 @@ struct Row {
   Scheme scheme;
   flamia_recipe recipe;
   DqOperand dq_operand;  // fp8_mixed's (EmulationConfig::dq_operand)
+  DRows d_rows;          // where the backward's D takes dO from (EmulationConfig::d_rows)
   Errors normal, outlier;
   double loud4 = 0, loud5 = 0;
   bool causal_safe = true, isolated = true;
@@ -375,18 +377,24 @@ int main(int argc, char** argv) {
   const ExactOutputs ex_loud5 = run_exact(loud5, false);
 
   std::vector<Row> rows;
-  // fp8_mixed with the E4M3 dQ operands (EmulationConfig::dq_operand), per-token only.
+  // Per-token only: fp8_mixed with the E4M3 dQ operands (EmulationConfig::dq_operand), and
+  // both recipes with the other form of the backward's D (EmulationConfig::d_rows).
   struct Case {
     Scheme scheme;
     flamia_recipe recipe;
     DqOperand dq_operand;
+    DRows d_rows;
   };
+  const DRows d_default = EmulationConfig().d_rows;
+  const DRows d_other = d_default == DRows::Bf16Dout ? DRows::DpOperand : DRows::Bf16Dout;
   std::vector<Case> cases;
   for (Scheme scheme : {Scheme::PerToken, Scheme::PerTensor, Scheme::TokenBlock32, Scheme::Bf16}) {
-    cases.push_back({scheme, FLAMIA_RECIPE_FP8, DqOperand::Bf16});
-    cases.push_back({scheme, FLAMIA_RECIPE_FP8_MIXED, DqOperand::Bf16});
-    if (scheme == Scheme::PerToken)
-      for (DqOperand dq : {DqOperand::E4m3, DqOperand::E4m3K8}) cases.push_back({scheme, FLAMIA_RECIPE_FP8_MIXED, dq});
+    cases.push_back({scheme, FLAMIA_RECIPE_FP8, DqOperand::Bf16, d_default});
+    cases.push_back({scheme, FLAMIA_RECIPE_FP8_MIXED, DqOperand::Bf16, d_default});
+    if (scheme != Scheme::PerToken) continue;
+    for (DqOperand dq : {DqOperand::E4m3, DqOperand::E4m3K8})
+      cases.push_back({scheme, FLAMIA_RECIPE_FP8_MIXED, dq, d_default});
+    for (flamia_recipe r : {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED}) cases.push_back({scheme, r, DqOperand::Bf16, d_other});
   }
   for (const Case& c : cases) {
     const Scheme scheme = c.scheme;
@@ -400,7 +408,8 @@ int main(int argc, char** argv) {
     cfg.scheme = scheme;
     cfg.recipe = recipe;
     cfg.dq_operand = c.dq_operand;
-    Row row{scheme, recipe, c.dq_operand, {}, {}};
+    cfg.d_rows = c.d_rows;
+    Row row{scheme, recipe, c.dq_operand, c.d_rows, {}, {}};
     const Outputs base = run_emulation(normal, cfg, true);
     row.normal = errors(base, ex_normal);
     row.outlier = errors(run_emulation(outlier, cfg, true), ex_outlier);
@@ -414,11 +423,12 @@ int main(int argc, char** argv) {
               " quiet O, 1e4 loud | quiet O, 1e5 loud | causal safe | doc isolated |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
-    const char* recipe = r.dq_operand == DqOperand::E4m3     ? "fp8_mixed, dQ e4m3"
+    std::string recipe = r.dq_operand == DqOperand::E4m3     ? "fp8_mixed, dQ e4m3"
                          : r.dq_operand == DqOperand::E4m3K8 ? "fp8_mixed, dQ e4m3 x k8"
                                                              : recipe_name(r.recipe);
+    if (r.d_rows != d_default) recipe += r.d_rows == DRows::DpOperand ? ", D from dO8" : ", D from bf16 dO";
     std::printf("| %s | %s | %.4f | %.1e | %.4f | %.4f | %.4f | %.4f | %.1e | %.4f | %.4f | %.4f | %.4f | %.4f | %s | %s |\n",
-                scheme_name(r.scheme), recipe, r.normal.o, r.normal.lse, r.normal.dq, r.normal.dk,
+                scheme_name(r.scheme), recipe.c_str(), r.normal.o, r.normal.lse, r.normal.dq, r.normal.dk,
                 r.normal.dv, r.outlier.o, r.outlier.lse, r.outlier.dq, r.outlier.dk, r.outlier.dv, r.loud4, r.loud5,
                 r.causal_safe ? "yes" : "NO", r.isolated ? "yes" : "NO");
   }

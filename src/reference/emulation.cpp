@@ -713,6 +713,17 @@ void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices
 
 namespace {
 
+// D = rowsum(dO ∘ O) of token t's row (ALGORITHM.md §3) in FP32, in d order: from the BF16 dO,
+// or (DRows::DpOperand) from the values dP is formed from — dO's codes, the sum times its scale
+// (a power of two) — so that in dS = P (dP - D) the rounding of dO cancels where P is one-hot.
+float d_row(const EmulationConfig& cfg, const Operand& do8, int64_t t, int h, const uint16_t* o) {
+  const bool codes = cfg.d_rows == DRows::DpOperand && !cfg.dp_bf16;
+  const float* x = codes ? do8.row(t, h) : do8.bf16_row(t, h);
+  float acc = 0.0f;
+  for (int d = 0; d < do8.dim; ++d) acc += x[d] * bf16_value(o[d]);
+  return codes ? acc * do8.s(t, h) : acc;
+}
+
 // chunk_queries = 0: the specification's backward. Otherwise dK/dV as a context-parallel
 // ring may reduce them: per chunk of chunk_queries queries from the document start (its
 // tiles over the group's query heads in the usual order, from zero), the chunks' FP32
@@ -742,9 +753,7 @@ void backward(const Problem& p, const EmulationConfig& cfg, const uint16_t* q, c
         std::vector<float> lse2(L), Drow(L);
         for (int i = 0; i < L; ++i) {
           const size_t row = (size_t(base + i) * Hq + h) * D;
-          float acc = 0.0f;  // D = rowsum(dO * O) from the BF16 tensors
-          for (int d = 0; d < D; ++d) acc += bf16_value(dout[row + d]) * bf16_value(out[row + d]);
-          Drow[i] = acc;
+          Drow[i] = d_row(cfg, do8, base + i, h, out + row);
           // NaN for a non-finite dO row (its scale is NaN): P of its pairs is NaN, which carries
           // it into every gradient its query touches (the kernels read the same lse2).
           lse2[i] = std::isnan(do8.s(base + i, h)) ? NAN : lse[size_t(h) * T + base + i] * kLog2e;

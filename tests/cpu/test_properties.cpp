@@ -282,6 +282,44 @@ TEST(PropertyAccuracy, Fp8MixedE4m3DqOperandsChangeOnlyDq) {
   }
 }
 
+// D = rowsum(dO ∘ O) from the dO that dP is formed from (DRows::DpOperand) against the BF16 dO
+// (DRows::Bf16Dout): only dQ and dK move (O, LSE and dV do not read D), and both come closer to
+// float64, since dP - D no longer carries dO's FP8 rounding where P concentrates on few keys
+// (least on the non-causal pack, whose rows spread over hundreds of keys). On outlier tokens,
+// whose rows are nearly one-hot, dK's error falls most: 1.81 -> 1.06 on the pack below, 0.57 ->
+// 0.084 in the quick study (NUMERICS.md §9).
+EmulationConfig with_d_rows(flamia_recipe recipe, DRows d) {
+  EmulationConfig cfg = config(Scheme::PerToken, recipe);
+  cfg.d_rows = d;
+  return cfg;
+}
+
+TEST(PropertyAccuracy, DFromDpOperandBringsDqDkCloser) {
+  for (const Pack& pk : accuracy_packs()) {
+    SCOPED_TRACE(describe(pk));
+    const ExactOutputs ex = run_exact(pk, true);
+    for (flamia_recipe recipe : kRecipes) {
+      const Outputs bf16 = run_emulation(pk, with_d_rows(recipe, DRows::Bf16Dout), true);
+      const Outputs dp = run_emulation(pk, with_d_rows(recipe, DRows::DpOperand), true);
+      const Errors eb = errors(bf16, ex), ed = errors(dp, ex);
+      std::printf("  %-9s D from bf16 dO: dQ %.4f dK %.4f; from dP's dO: dQ %.4f dK %.4f (%s)\n",
+                  recipe_name(recipe), eb.dq, eb.dk, ed.dq, ed.dk, describe(pk).c_str());
+      EXPECT_EQ(dp.o, bf16.o);
+      EXPECT_EQ(dp.lse, bf16.lse);
+      EXPECT_EQ(dp.dv, bf16.dv);
+      EXPECT_LT(ed.dq, eb.dq) << recipe_name(recipe);
+      EXPECT_LT(ed.dk, eb.dk) << recipe_name(recipe);
+    }
+  }
+  Pack pk = random_pack(long_tailed_lengths(1024, 3), 4, 2, 128, true, 30);
+  inject_outliers(pk, 0.01, 100.0f, 77);
+  const ExactOutputs ex = run_exact(pk, true);
+  const Errors eb = errors(run_emulation(pk, with_d_rows(FLAMIA_RECIPE_FP8, DRows::Bf16Dout), true), ex);
+  const Errors ed = errors(run_emulation(pk, with_d_rows(FLAMIA_RECIPE_FP8, DRows::DpOperand), true), ex);
+  std::printf("  outliers fp8 dK: D from bf16 dO %.4f, from dP's dO %.4f\n", eb.dk, ed.dk);
+  EXPECT_LT(ed.dk, 0.75 * eb.dk);
+}
+
 // ---------------------------------------------------------------------------------------
 // Tokens without a loss term have dO = 0 exactly (in packed training, every document's last
 // token; in fine-tuning, every masked prompt token). Their dO scale must not dominate the
