@@ -714,14 +714,15 @@ void compute_dq(const Problem& p, const EmulationConfig& cfg, const PairMatrices
 namespace {
 
 // D = rowsum(dO ∘ O) of token t's row (ALGORITHM.md §3) in FP32, in d order: from the BF16 dO,
-// or (DRows::DpOperand) from the values dP is formed from — dO's codes, the sum times its scale
-// (a power of two) — so that in dS = P (dP - D) the rounding of dO cancels where P is one-hot.
+// or (DRows::DpOperand) from the values dP is formed from, dO's codes times its scale (exact: a
+// power of two) — so that in dS = P (dP - D) the rounding of dO cancels where P is one-hot.
 float d_row(const EmulationConfig& cfg, const Operand& do8, int64_t t, int h, const uint16_t* o) {
   const bool codes = cfg.d_rows == DRows::DpOperand && !cfg.dp_bf16;
   const float* x = codes ? do8.row(t, h) : do8.bf16_row(t, h);
+  const float s = codes ? do8.s(t, h) : 1.0f;
   float acc = 0.0f;
-  for (int d = 0; d < do8.dim; ++d) acc += x[d] * bf16_value(o[d]);
-  return codes ? acc * do8.s(t, h) : acc;
+  for (int d = 0; d < do8.dim; ++d) acc += (x[d] * s) * bf16_value(o[d]);
+  return acc;
 }
 
 // chunk_queries = 0: the specification's backward. Otherwise dK/dV as a context-parallel
