@@ -394,7 +394,8 @@ int main(int argc, char** argv) {
     if (scheme != Scheme::PerToken) continue;
     for (DqOperand dq : {DqOperand::E4m3, DqOperand::E4m3K8})
       cases.push_back({scheme, FLAMIA_RECIPE_FP8_MIXED, dq, d_default});
-    for (flamia_recipe r : {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED}) cases.push_back({scheme, r, DqOperand::Bf16, d_other});
+    for (flamia_recipe r : {FLAMIA_RECIPE_FP8, FLAMIA_RECIPE_FP8_MIXED})
+      cases.push_back({scheme, r, DqOperand::Bf16, d_other});
   }
   for (const Case& c : cases) {
     const Scheme scheme = c.scheme;
