@@ -120,7 +120,7 @@ typedef struct flamia_attention_args {
 size_t flamia_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv, int32_t head_dim,
                          flamia_recipe recipe, int32_t for_backward);
 
-/* Bytes of scratch the backward needs (quantized dO and its transpose, D = rowsum(dO*O); with
+/* Bytes of scratch the backward needs (quantized dO and its transpose, D = rowsum(dO8*O); with
  * recipe fp8 also the transposed FP8 q and k, which qkv8 does not keep). Enough for every
  * call, but without room for the stored dS that makes fp8_mixed's backward at head dim 128
  * faster (then it recomputes dS for dQ): flamia_backward_workspace_bytes_for sizes that.

@@ -1,5 +1,5 @@
-// Float -> E4M3 and -> BF16 packs as single PTX conversions, shared by the quantizer and the
-// attention kernels (sm_89+ for E4M3).
+// Float -> E4M3 and -> BF16 packs (and E4M3 -> float) as single PTX conversions, shared by the
+// quantizer and the attention kernels (sm_89+ for E4M3).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,26 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, fl
       : "=r"(r)
       : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
   return r;
+}
+
+// Four E4M3 bytes -> their values, x_i from byte i (exact: every E4M3 value is an FP16 one).
+// cvt takes an upper byte to the upper half, as the packs above put x_1 in the upper byte.
+__device__ __forceinline__ void unpack_e4m3x4(uint32_t w, float (&x)[4]) {
+  asm("{\n"
+      ".reg .b16 lo, hi, h0, h1, h2, h3;\n"
+      ".reg .b32 p01, p23;\n"
+      "mov.b32 {lo, hi}, %4;\n"
+      "cvt.rn.f16x2.e4m3x2 p01, lo;\n"
+      "cvt.rn.f16x2.e4m3x2 p23, hi;\n"
+      "mov.b32 {h0, h1}, p01;\n"
+      "mov.b32 {h2, h3}, p23;\n"
+      "cvt.f32.f16 %0, h0;\n"
+      "cvt.f32.f16 %1, h1;\n"
+      "cvt.f32.f16 %2, h2;\n"
+      "cvt.f32.f16 %3, h3;\n"
+      "}\n"
+      : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3])
+      : "r"(w));
 }
 
 // Two floats -> two BF16 (round to nearest even); lo in the low half.

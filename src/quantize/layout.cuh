@@ -147,7 +147,7 @@ struct Qkv8Layout {
   }
 };
 
-// Backward workspace: quantized dO in both layouts, its scales, and D = rowsum(dO * O); with
+// Backward workspace: quantized dO in both layouts, its scales, and D = rowsum(dO8 * O); with
 // recipe fp8 also Qᵀ and Kᵀ in FP8, transposed from qkv8's q8 and k8 at the backward's start,
 // so that qkv8 (what a caller keeps from the forward to the backward) holds no copy of them.
 struct BwdWorkspaceLayout {

@@ -1,6 +1,7 @@
 // Fused per-token FP8 quantizer (docs/ALGORITHM.md §1): one pass over bf16 q/k/v (or dO)
 // writes every layout the kernels read — natural [T,H,D] FP8, transposed [H][D][Tpad] FP8
-// in fragment order (layout.cuh), per-(token, head) scales — and, for dO, D = rowsum(dO*O).
+// in fragment order (layout.cuh), per-(token, head) scales — and, for dO, D = rowsum(dO8*O) from
+// the codes it writes times their scale (the dO that dP is formed from, ALGORITHM.md §3).
 // For recipe fp8_mixed it also raises a flag word when a row is not finite: that backward
 // reads the BF16 rows themselves and must then zero such rows (layout.cuh).
 // quantize_qkv also builds the work lists (work_list.cuh) in block 0 of the same grid.
@@ -43,7 +44,7 @@ constexpr int kBlockPositions = kWarps * kTokenGroup;
 struct QuantTensor {
   const uint16_t* src = nullptr;      // bf16 [T, H, D], head_dim contiguous
   int64_t stride_t = 0, stride_h = 0; // elements
-  const uint16_t* dot_src = nullptr;  // dO variant: O (same strides), rowdot = sum src * O
+  const uint16_t* dot_src = nullptr;  // dO variant: O (same strides), rowdot = D from the codes and O
   int heads = 0;
   uint8_t* nat = nullptr;             // [T, H, D] FP8, or null
   uint8_t* trans = nullptr;           // [H][D][Tpad] FP8, or null
@@ -125,13 +126,22 @@ __device__ __forceinline__ uint2 quantize_bf16x8(uint4 v, float inv_scale) {
                     cvt::pack_e4m3x4(f[4], f[5], f[6], f[7]));
 }
 
-__device__ __forceinline__ float dot_bf16x8(uint4 a, uint4 b) {
-  const uint32_t x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+// The dot product of 8 E4M3 codes (two words, in element order) times dO's scale with 8 bf16 of
+// O, in FP32 and element order: a lane's part of D = rowsum(dO8 ∘ O) (ALGORITHM.md §3). Each code
+// times the scale (a power of two) and each product with O (4 by 8 significant bits) is exact:
+// the sum differs from the specification's only in its order (here 8 a lane, then a tree).
+__device__ __forceinline__ float dot_e4m3x8_bf16x8(uint2 codes, float scale, uint4 o) {
+  const uint32_t c[2] = {codes.x, codes.y}, y[4] = {o.x, o.y, o.z, o.w};
   float s = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    s = __fadd_rn(s, __fmul_rn(bf16_lo(x[i]), bf16_lo(y[i])));
-    s = __fadd_rn(s, __fmul_rn(bf16_hi(x[i]), bf16_hi(y[i])));
+  for (int w = 0; w < 2; ++w) {
+    float x[4];
+    cvt::unpack_e4m3x4(c[w], x);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      s = __fadd_rn(s, __fmul_rn(__fmul_rn(x[2 * i], scale), bf16_lo(y[2 * w + i])));
+      s = __fadd_rn(s, __fmul_rn(__fmul_rn(x[2 * i + 1], scale), bf16_hi(y[2 * w + i])));
+    }
   }
   return s;
 }
@@ -259,7 +269,7 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
     const float s = __shfl_sync(0xffffffffu, scale, src_lane);
     if (lane / kRowsPerPass == it) row_scale = s;
     if (kDot) {
-      float dot = dot_bf16x8(x[it], o[it]);
+      float dot = dot_e4m3x8_bf16x8(q, scale, o[it]);  // a non-finite row: zero codes times NaN
 #pragma unroll
       for (int off = kLanesPerRow / 2; off > 0; off >>= 1)
         dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, off));

@@ -124,9 +124,9 @@ enum class DqOperand {
 
 // Where the backward's D = rowsum(dO ∘ O) takes dO from (ALGORITHM.md §3).
 enum class DRows {
-  Bf16Dout,  // the BF16 dO itself (§3 as written)
-  DpOperand  // the dO values dP is formed from: dO's FP8 codes times its scale (its BF16 values
-             // under dp_bf16), so that dP - D cancels dO's rounding (NUMERICS.md §9; CPU only so far)
+  DpOperand,  // the dO values dP is formed from: dO's FP8 codes times its scale (its BF16 values
+              // under dp_bf16), so that dP - D cancels dO's rounding (§3 as written)
+  Bf16Dout    // the BF16 dO itself (the specification until 2026-12-05; NUMERICS.md §9)
 };
 
 struct EmulationConfig {
@@ -142,7 +142,7 @@ struct EmulationConfig {
   // fp8_mixed's dQ operand (DqOperand); dK's stays bf16(dS). Recipe fp8_mixed with an FP8
   // scheme for the E4M3 forms.
   DqOperand dq_operand = DqOperand::Bf16;
-  DRows d_rows = DRows::Bf16Dout;
+  DRows d_rows = DRows::DpOperand;
 };
 
 // Throws std::invalid_argument naming the field when cfg.fwd is not a valid combination

@@ -131,10 +131,11 @@ struct Literal {
       const int64_t base = pk.doc_begin(b);
       const int L = int(pk.doc_end(b) - base);
       // P and dS of pair (i, j) for head h, straight from the formulas.
+      // D from dO's codes times their scale, the dO that dP is formed from.
       auto Dsum = [&](int i, int h) {
         float a = 0.0f;
         for (int d = 0; d < D; ++d)
-          a += from_bf16(pk.dout[((base + i) * Hq + h) * D + d]) * from_bf16(out[((base + i) * Hq + h) * D + d]);
+          a += (dO.e(base + i, h, d) * dO.sc(base + i, h)) * from_bf16(out[((base + i) * Hq + h) * D + d]);
         return a;
       };
       // lse2 is NaN for a dO row that is not finite (its scale is NaN).

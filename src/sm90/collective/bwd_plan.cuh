@@ -43,7 +43,7 @@ struct BwdArgs {
   const float* sk;      // [Hkv][T]
   const float* sv;      // [Hkv][T]
   const float* sdo;     // [Hq][T]
-  const float* dvec;    // [Hq][T]  D = rowsum(dO * O)
+  const float* dvec;    // [Hq][T]  D = rowsum(dO8 * O) (ALGORITHM.md §3)
   const float* lse2;    // [Hq][T]  the forward's LSE * log2(e), NaN for a non-finite dO row (workspace)
   const guard::DeviceError* status;  // the backward's status word (workspace)
   const int32_t* cu_seqlens;

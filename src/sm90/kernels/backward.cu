@@ -3,7 +3,7 @@
 // S and Sᵀ come from the forward's instruction sequence (scores_wgmma.cuh), so that
 // P = exp2(S c - lse2) is rebuilt from the very S the forward's LSE was taken over.
 //
-// 1. quantize dO (natural + transposed FP8, scales) and D = rowsum(dO * O) (quantize.cu);
+// 1. quantize dO (natural + transposed FP8, scales) and D = rowsum(dO8 * O) (quantize.cu);
 // 2. dK/dV kernel: CTA = (128-key tile of one document, kv head), two warpgroups of 64 keys
 //    (4 warps x 16 keys each; fp8_mixed at D = 64 without the stored dS: 192 keys, three)
 //    sharing each query-side stage. Loops over the query heads of
