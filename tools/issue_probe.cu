@@ -78,7 +78,16 @@ __device__ void tensor_loop(const int* mix_done, int mix_warps, unsigned long lo
   float acc[16][4];
   unsigned long long steps = 0;
   const unsigned long long t0 = clock64();
-  while (*reinterpret_cast<const volatile int*>(mix_done) < mix_warps) {
+  // The warpgroup decides each round together: wgmma is .aligned, so all four warps must issue
+  // every product (warps that read mix_done at different times and left the loop apart made
+  // the rest issue wgmma as a partial warpgroup: "illegal instruction" on the H200).
+  __shared__ int go;
+  for (;;) {
+    if (threadIdx.x % 128 == 0) go = *reinterpret_cast<const volatile int*>(mix_done) < mix_warps;
+    flamia::sm90::warpgroup::bar_sync(flamia::sm90::warpgroup::kFirstNamedBarrier, 128);
+    const bool more = go != 0;
+    flamia::sm90::warpgroup::bar_sync(flamia::sm90::warpgroup::kFirstNamedBarrier, 128);  // go read before rewritten
+    if (!more) break;
     mma::fence();
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) mma::ss(acc, mma::desc<128>(base, ks), mma::desc<128>(base + 64 * 128, ks), ks > 0);
