@@ -32,6 +32,7 @@
 
 #include "sm90/arch/warpgroup.cuh"
 #include "sm90/arch/wgmma.cuh"
+#include "sm90/fragments.cuh"
 #include "sm90/ptx.cuh"
 
 namespace {
@@ -42,14 +43,6 @@ namespace mma = flamia::sm90::mma;
 constexpr int kScores = 64;  // a thread's scores in a 64 x 128 tile (128 threads)
 constexpr int kChains = 4;
 
-__device__ __forceinline__ float quad_max(float v) {
-  v = ptx::max_nan(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return ptx::max_nan(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
 
 // f(j, e, v) for the lane's scores j = 8 n2 + e, v the per-key value of j's column, from
 // shared memory as in the kernel (fwd_softmax.cuh's for_each_score: one 16-byte load serves 8
@@ -162,7 +155,7 @@ __global__ void __launch_bounds__(128 * (kWarpsPerScheduler + kTensor), 1)
       float tm = tmax[r][0];
 #pragma unroll
       for (int k = 1; k < kChains; ++k) tm = ptx::max_nan(tm, tmax[r][k]);
-      const float m_new = ptx::max_nan(m[r], quad_max(tm));
+      const float m_new = ptx::max_nan(m[r], flamia::sm90::quad_max_nan(tm));
       mc[r] = __fmul_rn(m_new, c);
       alpha[r] = ptx::ex2(__fsub_rn(__fmul_rn(m[r], c), mc[r]));
       m[r] = m_new;
@@ -183,7 +176,7 @@ __global__ void __launch_bounds__(128 * (kWarpsPerScheduler + kTensor), 1)
       float rs = sum[r][0];
 #pragma unroll
       for (int k = 1; k < kChains; ++k) rs = __fadd_rn(rs, sum[r][k]);
-      l[r] = __fadd_rn(__fmul_rn(l[r], alpha[r]), quad_sum(rs));
+      l[r] = __fadd_rn(__fmul_rn(l[r], alpha[r]), flamia::sm90::quad_sum(rs));
     }
 #pragma unroll
     for (int j = 0; j < kScores; j += 4) packs ^= ptx::pack_e4m3x4(s[j], s[j + 1], s[j + 2], s[j + 3]);

@@ -37,10 +37,10 @@ cudaError_t read_qkv8_fingerprint(const DeviceCall& p, const void* qkv8, uint64_
 
 
 // dO -> natural FP8 codes and scales, its transposed FP8 copy (fp8; fp8_mixed: the flag of
-// non-finite rows instead, layout.cuh), D = rowsum(dO8 * O) from the codes times dO's
-// scale (FP32, ALGORITHM.md §3) and lse2 =
-// lse * log2(e) (NaN for a non-finite dO row), into the backward workspace. out uses dout's token/head strides. Block 0 validates
-// cu_seqlens and compares qkv8's fingerprint into the workspace's status word (guard.cuh).
+// non-finite rows instead, layout.cuh), D = rowsum(dO8 * O) from the codes times dO's scale
+// (FP32, ALGORITHM.md §3) and lse2 = lse * log2(e) (NaN for a non-finite dO row), into the
+// backward workspace. out uses dout's token/head strides. Block 0 validates cu_seqlens and
+// compares qkv8's fingerprint into the workspace's status word (guard.cuh).
 cudaError_t quantize_dout(const DeviceCall& p, const void* dout, int64_t stride_t,
                           int64_t stride_h, const void* out, const float* lse, const uint8_t* qkv8,
                           const Qkv8Layout& qkv8_layout, uint8_t* workspace,
