@@ -40,10 +40,21 @@ for d in "$@"; do
   names+=("$name")
 done
 
+# A tree whose prebuilt/ holds a flamia_bench that runs here (tools/prebuild_trees.sh: built on
+# another machine with the same toolkit, libflamia.so beside it) is not built again.
+bins=()
+for i in "${!dirs[@]}"; do
+  bins[$i]="${dirs[$i]}/build-ab"
+  if "${dirs[$i]}/prebuilt/flamia_bench" --list >/dev/null 2>&1; then
+    bins[$i]="${dirs[$i]}/prebuilt"
+    echo "${names[$i]}: prebuilt ($(cat "${dirs[$i]}/prebuilt/COMMIT" 2>/dev/null))"
+  fi
+done
 # Side by side: the machine's cores shared between the trees.
 jobs=$(( $(nproc 2>/dev/null || echo 8) / ${#dirs[@]} ))
 [ "$jobs" -ge 1 ] || jobs=1
 for i in "${!dirs[@]}"; do
+  [ "${bins[$i]}" = "${dirs[$i]}/build-ab" ] || continue
   ( cmake -S "${dirs[$i]}" -B "${dirs[$i]}/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
     cmake --build "${dirs[$i]}/build-ab" -j"$jobs" --target flamia flamia_bench ) \
     >"$OUT/${names[$i]}.build.log" 2>&1 &
@@ -51,7 +62,7 @@ done
 wait
 status=0
 for i in "${!dirs[@]}"; do
-  [ -x "${dirs[$i]}/build-ab/flamia_bench" ] || { echo "${names[$i]}: build failed"; tail -5 "$OUT/${names[$i]}.build.log"; status=1; }
+  [ -x "${bins[$i]}/flamia_bench" ] || { echo "${names[$i]}: build failed"; tail -5 "$OUT/${names[$i]}.build.log"; status=1; }
 done
 [ $status -eq 0 ] || exit 1
 
@@ -59,7 +70,7 @@ files=()
 for ((r = 1; r <= ROUNDS; ++r)); do
   for i in "${!dirs[@]}"; do
     base="$OUT/bench_${names[$i]}_round$r"
-    env ${BENCH_ENV:-} "${dirs[$i]}/build-ab/flamia_bench" --workloads "$WORKLOADS" --recipes "$RECIPES" --iters "$ITERS" --settle-ms "$SETTLE_MS" \
+    env ${BENCH_ENV:-} "${bins[$i]}/flamia_bench" --workloads "$WORKLOADS" --recipes "$RECIPES" --iters "$ITERS" --settle-ms "$SETTLE_MS" \
       --json "$base.json" >"$base.txt" 2>&1 || { echo "${names[$i]} round $r: flamia_bench failed"; tail -5 "$base.txt"; status=1; continue; }
     files+=("$base.json")
   done

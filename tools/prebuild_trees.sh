@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the GPU programs of trees made by tools/make_trees.sh on a machine without a GPU (the
+# same CUDA toolkit as the GPU machine's, sm_90a), so that a GPU job need not build them:
+# .ab/NAME/prebuilt/ gets libflamia.so and the test, benchmark, fuzz and probe programs, each
+# finding the library beside it (RUNPATH $ORIGIN), and COMMIT. tools/ab_bench.sh uses them
+# where they run.
+#   bash tools/prebuild_trees.sh v92=fwd-stagger main=main
+set -uo pipefail
+cd "$(dirname "$0")/.."
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+for spec in "$@"; do
+  name=${spec%%=*} rev=${spec#*=}
+  [ -d ".ab/$name" ] || { echo "$name: no tree .ab/$name (tools/make_trees.sh)"; continue; }
+  build=${TMPDIR:-/tmp}/flamia-prebuild/$name
+  mkdir -p "$build"
+  targets="flamia flamia_gpu_tests flamia_bench flamia_fuzz"
+  grep -q flamia_issue_probe ".ab/$name/CMakeLists.txt" && targets="$targets flamia_issue_probe"
+  { cmake -S ".ab/$name" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON &&
+    ninja -C "$build" -j"$jobs" $targets; } >"$build.log" 2>&1 ||
+    { echo "$name: build failed ($build.log)"; continue; }
+  mkdir -p ".ab/$name/prebuilt"
+  for t in $targets; do cp "$build/$t" "$build/lib$t.so" ".ab/$name/prebuilt/" 2>/dev/null; done
+  git rev-parse --short "$rev" >".ab/$name/prebuilt/COMMIT"
+  echo "$name: prebuilt ($(cat ".ab/$name/prebuilt/COMMIT"))"
+done
