@@ -6,14 +6,17 @@ FLAMIA_FWD_TRACE=FILE records (src/sm90/kit/phase_trace.cuh; the forward call wr
     python3 tools/fwd_trace_summary.py fwd.trace
 
 Each warp's marks split its time into the phase that ends at each mark: the ring wait (ends
-when the next tile's stage has landed), P·V (issued, S(n + 1) issued behind it, P·V waited
-for), the fold, the wait for S (and, at an item's end, the epilogue and the next item's
-set-up, which have marks of their own), the softmax. Printed: each phase's share of the
-warps' traced time, the cycles a tile, and how much of a warp's softmax time another consumer
-warp of its scheduler (consumer warp w runs on scheduler w mod 4) spends in its softmax too.
-The traced kernel is not the production kernel (the marks add ~60 instructions a warp-tile,
-and registers shift): set its time (flamia_bench with the variable set) against the plain
-run's.
+when the next tile's stage has landed; at an item's end it also holds the wait for the next
+item's announcement), P·V (issued, S(n + 1) issued behind it, P·V waited for), the fold (at
+D = 64 also S(n + 1)'s issue), the wait for S, the softmax (with its wait for the key-scale
+warp's values), the epilogue (with the release of the stages of tiles the warp does not
+compute) and the next item's set-up (with the items a warp has no rows of). Printed: each
+phase's share of the warps' traced time, the cycles a warp-tile, and how much of a warp's
+softmax time another consumer warp of its scheduler (consumer warp w runs on scheduler
+w mod 4) spends in its softmax too. The traced kernel is not the production kernel (the marks
+add ~60 instructions a warp-tile, and registers shift), and flamia_bench's time with the
+variable set also holds the trace's copies: set the cycles a warp-tile printed here against
+the plain kernel's (its time x the SM clock / the tiles a consumer warp computes).
 """
 import argparse
 import struct
@@ -37,6 +40,8 @@ def read_trace(path):
         if version != 1:
             raise SystemExit(f"{path}: trace version {version}, this tool reads 1")
         body = f.read()
+    if len(body) % 8:
+        raise SystemExit(f"{path}: {len(body)} bytes of marks, not whole 64-bit words")
     words = struct.unpack(f"<{len(body) // 8}Q", body)
     if len(words) != ctas * warps * cap:
         raise SystemExit(f"{path}: {len(words)} marks, the header says {ctas * warps * cap}")
@@ -100,6 +105,7 @@ def summarize(head, marks):
     out = []
     per_phase, total_time, tiles = {}, 0, 0
     shared, softmax_time = 0, 0
+    full = sum(1 for seq in marks.values() if len(seq) == head["cap"])
     for c in range(head["ctas"]):
         intervals = {}
         for w in range(head["warps"]):
@@ -116,12 +122,15 @@ def summarize(head, marks):
             others = union([x for v, s in intervals.items() if v != w and v % 4 == w % 4 for x in s])
             softmax_time += sum(b - a for a, b in sm)
             shared += overlap(sm, others)
-    if total_time == 0:
-        raise SystemExit("no warp recorded two marks")
+    if total_time == 0 or tiles == 0:
+        raise SystemExit("no warp recorded a whole tile")
     out.append(f"D = {head['d']}: {head['ctas']} CTAs x {head['warps']} consumer warps traced, {tiles} warp-tiles, "
                f"{total_time / tiles:.0f} cycles a warp-tile")
     for k, v in sorted(per_phase.items(), key=lambda kv: -kv[1]):
         out.append(f"  {k:20s} {100.0 * v / total_time:5.1f} %   {v / tiles:7.0f} cycles a tile")
+    if full:
+        out.append(f"  note: {full} warps stopped at the cap of {head['cap']} marks; their later tiles are not "
+                   f"counted, and the overlap after the first stop is undercounted")
     if softmax_time:
         out.append(f"  softmax time during which another consumer warp of the scheduler is in its softmax: "
                    f"{100.0 * shared / softmax_time:.1f} %")

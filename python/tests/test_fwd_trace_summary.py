@@ -61,6 +61,16 @@ def test_rejects_other_files(tmp_path):
     assert r.returncode != 0 and "clock went back" in r.stderr
 
 
+def test_notes_warps_stopped_at_the_cap(tmp_path):
+    path = tmp_path / "t.trace"
+    write_trace(path, [tile(0)], cap=7)
+    r = run(path)
+    assert r.returncode == 0, r.stderr
+    assert "1 warps stopped at the cap of 7 marks" in r.stdout
+    write_trace(path, [tile(0)], cap=8)
+    assert "stopped at the cap" not in run(path).stdout
+
+
 @pytest.mark.parametrize("version", [2])
 def test_rejects_other_versions(tmp_path, version):
     path = tmp_path / "t.trace"

@@ -74,7 +74,8 @@ void expect_traced_forward(const Case& c, uint64_t seed) {
       last = clock;
       ++count[e];
     }
-    // Every computed tile: S, softmax, P·V and fold once; every item started is ended.
+    // Every computed tile: its stage, S, softmax, P·V and fold once; every item started is ended.
+    EXPECT_EQ(count[1], count[2]) << "warp " << w;
     EXPECT_EQ(count[2], count[3]) << "warp " << w;
     EXPECT_EQ(count[3], count[4]) << "warp " << w;
     EXPECT_EQ(count[4], count[5]) << "warp " << w;

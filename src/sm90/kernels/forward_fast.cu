@@ -3,6 +3,7 @@
 // over a TMA + mbarrier pipeline, walking the quantizer's longest-first list of query tiles
 // (128 rows, two consumer warpgroups, at D = 128; 192 rows, three, at D = 64). Shapes and the
 // shared-memory plan: collective/fwd_plan.cuh.
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -65,20 +66,21 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
 }
 
 // The traced kernel: the consumer warps of the first kTracedCtas CTAs record up to kTraceCap
-// marks each (trace::c_clocks; the producer warpgroup's four warps record none).
+// marks each (the producer warpgroup's four warps record none).
 constexpr int kTracedCtas = 4, kTraceCap = 1 << 14;
 template <int D>
 using TraceClocks = trace::Clocks<kTracedCtas, Plan<D>::kThreads / 32 - 4, 4, kTraceCap>;
 template <int D>
-__global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_traced_kernel(const __grid_constant__ Params p) {
-  forward_fast_body<D>(p, TraceClocks<D>{});
+__global__ void __launch_bounds__(Plan<D>::kThreads, 1)
+    forward_fast_traced_kernel(const __grid_constant__ Params p, uint64_t* clocks) {
+  forward_fast_body<D>(p, TraceClocks<D>{clocks});
 }
 
 // FLAMIA_FWD_TRACE=FILE: the call runs the traced kernel, waits for it and writes FILE — a
 // header of eight int64 (the bytes "FLMTRACE", version 1, D, CTAs, consumer warps a CTA, marks
 // a warp, the SM clock in kHz, 0), then the marks, warp after warp, CTA after CTA (unwritten
 // ones all ones); tools/fwd_trace_summary.py reads it. For diagnosis: the forward then
-// synchronizes, and a failure to write the file is the call's error.
+// synchronizes, and a failure to write the file is the call's error (the path and reason on stderr).
 template <int D>
 cudaError_t launch_traced(const Params& prm, unsigned grid, cudaStream_t stream, const char* path) {
   using P = Plan<D>;
@@ -91,10 +93,8 @@ cudaError_t launch_traced(const Params& prm, unsigned grid, cudaStream_t stream,
   if (err != cudaSuccess) return err;
   std::vector<uint64_t> host(words);
   int device = 0, khz = 0;
-  if ((err = cudaMemsetAsync(clocks, 0xFF, words * sizeof(uint64_t), stream)) == cudaSuccess)
-    err = cudaMemcpyToSymbolAsync(trace::c_clocks, &clocks, sizeof(clocks), 0, cudaMemcpyHostToDevice, stream);
-  if (err == cudaSuccess) {
-    kernel<<<grid, P::kThreads, P::kAlloc, stream>>>(prm);
+  if ((err = cudaMemsetAsync(clocks, 0xFF, words * sizeof(uint64_t), stream)) == cudaSuccess) {
+    kernel<<<grid, P::kThreads, P::kAlloc, stream>>>(prm, clocks);
     err = cudaGetLastError();
   }
   if (err == cudaSuccess) err = cudaMemcpyAsync(host.data(), clocks, words * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream);
@@ -109,6 +109,7 @@ cudaError_t launch_traced(const Params& prm, unsigned grid, cudaStream_t stream,
   bool ok = f != nullptr && std::fwrite(header, sizeof(header), 1, f) == 1 &&
             std::fwrite(host.data(), sizeof(uint64_t), words, f) == words;
   if (f != nullptr) ok = std::fclose(f) == 0 && ok;
+  if (!ok) std::fprintf(stderr, "flamia: FLAMIA_FWD_TRACE: could not write %s: %s\n", path, std::strerror(errno));
   return ok ? cudaSuccess : cudaErrorUnknown;
 }
 
