@@ -28,6 +28,7 @@
 #include "sm90/arch/wgmma.cuh"
 #include "sm90/collective/fwd_plan.cuh"
 #include "sm90/collective/fwd_softmax.cuh"
+#include "sm90/kit/phase_trace.cuh"
 #include "sm90/kit/rows_out.cuh"
 
 namespace flamia {
@@ -37,8 +38,10 @@ namespace fwd {
 // The epilogue's rows out (kit/rows_out.cuh) synchronize each consumer on a barrier of its own.
 constexpr int kEpilogueBarrier = warpgroup::kFirstNamedBarrier;  // + the consumer's index
 
-template <int D>
-__device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, uint32_t base, int consumer_idx) {
+// phases: the phase clocks (kit/phase_trace.cuh; trace::Off in the production kernel).
+template <int D, class Trace>
+__device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, uint32_t base, int consumer_idx,
+                                         Trace phases) {
   using P = Plan<D>;
   const uint32_t full0 = base + P::kFull0, empty0 = base + P::kEmpty0, ready0 = base + P::kReady0;
   const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32;
@@ -92,6 +95,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
         for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
     }
     rows = RowState();
+    phases.mark(trace::kItemStart);
   };
 
   int kv = 0;  // key tiles of earlier items: the ring position of the current item's first
@@ -153,6 +157,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     } else {
       softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
     }
+    phases.mark(trace::kSoftmaxDone);
   };
   auto issue_pv = [&](float (&fresh)[D / 8][4], int n) {
     const uint32_t stage = base + P::stage(stage_of(n));
@@ -216,22 +221,28 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     if constexpr (P::kScoresInFlight) {
       issue_scores(sc, next, q);
       mma::wait<1>();  // P·V(n) done; S(next) may still run
+      phases.mark(trace::kPvDone);
       fold(fresh, n);
     } else {
       mma::wait<0>();
+      phases.mark(trace::kPvDone);
       fold(fresh, n);
       issue_scores(sc, next, q);
     }
+    phases.mark(trace::kFoldDone);
     then();
     mma::wait<0>();
     mma::pin(sc);
+    phases.mark(trace::kScoresDone);
   };
   // The current item's first S, nothing in flight.
   auto first_scores = [&](ScoreTile& sc) {
     mbar::wait(full0 + 8 * stage_of(0), phase_of(0));
+    phases.mark(trace::kStageLanded);
     issue_scores(sc, 0, q_tile(qb));
     mma::wait<0>();
     mma::pin(sc);
+    phases.mark(trace::kScoresDone);
     softmax(sc, 0);
   };
   // After the current item's last fold: the tiles this consumer did not compute released, O
@@ -239,6 +250,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   auto end_item = [&]() {
     for (int n = mine; n < item.num_key_tiles; ++n) release(n);
     epilogue();
+    phases.mark(trace::kItemEnd);
     kv += item.num_key_tiles;
   };
 
@@ -255,6 +267,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     for (;;) {
       for (int n = 0; n + 1 < mine; ++n) {
         mbar::wait(full0 + 8 * stage_of(n + 1), phase_of(n + 1));
+        phases.mark(trace::kStageLanded);
         pv_fold_scores(sc, n, n + 1, q_tile(qb), [] {});
         softmax(sc, n + 1);
       }
@@ -267,6 +280,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       if (!more || !newest_is_mine()) break;
       const int span = item.num_key_tiles;
       mbar::wait(full0 + 8 * stage_of(span), phase_of(span));
+      phases.mark(trace::kStageLanded);
       pv_fold_scores(sc, mine - 1, span, q_tile(newest_buffer()), [&] {
         end_item();
         begin_item();
@@ -276,7 +290,9 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     float fresh[D / 8][4];
     issue_pv(fresh, mine - 1);
     mma::wait<0>();
+    phases.mark(trace::kPvDone);
     fold(fresh, mine - 1);
+    phases.mark(trace::kFoldDone);
     end_item();
   }
   rows_out_drain();

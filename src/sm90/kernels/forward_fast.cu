@@ -3,6 +3,12 @@
 // over a TMA + mbarrier pipeline, walking the quantizer's longest-first list of query tiles
 // (128 rows, two consumer warpgroups, at D = 128; 192 rows, three, at D = 64). Shapes and the
 // shared-memory plan: collective/fwd_plan.cuh.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
 #include "quantize/layout.cuh"
 #include "quantize/quantize.cuh"
 #include "sm90/arch/warpgroup.cuh"
@@ -18,8 +24,10 @@ namespace sm90 {
 namespace fwd {
 namespace {
 
-template <int D>
-__global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(const __grid_constant__ Params p) {
+// The kernel's body; phases: trace::Off in the production kernel, trace::Clocks in the
+// traced one (FLAMIA_FWD_TRACE).
+template <int D, class Trace>
+__device__ __forceinline__ void forward_fast_body(const Params& p, Trace phases) {
   using P = Plan<D>;
   extern __shared__ uint8_t smem_raw[];
   // Swizzle atoms of 1024 bytes must start 1024-byte aligned.
@@ -48,8 +56,61 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
     else if (threadIdx.x < 64) key_scales<D>(smem, base, int(threadIdx.x) - 32);
   } else {
     warpgroup::claim_registers<P::kConsumerRegs>();
-    consumer<D>(p, smem, base, role - 1);
+    consumer<D>(p, smem, base, role - 1, phases);
   }
+}
+
+template <int D>
+__global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(const __grid_constant__ Params p) {
+  forward_fast_body<D>(p, trace::Off{});
+}
+
+// The traced kernel: the consumer warps of the first kTracedCtas CTAs record up to kTraceCap
+// marks each (the producer warpgroup's four warps record none).
+constexpr int kTracedCtas = 4, kTraceCap = 1 << 14;
+template <int D>
+using TraceClocks = trace::Clocks<kTracedCtas, Plan<D>::kThreads / 32 - 4, 4, kTraceCap>;
+template <int D>
+__global__ void __launch_bounds__(Plan<D>::kThreads, 1)
+    forward_fast_traced_kernel(const __grid_constant__ Params p, uint64_t* clocks) {
+  forward_fast_body<D>(p, TraceClocks<D>{clocks});
+}
+
+// FLAMIA_FWD_TRACE=FILE: the call runs the traced kernel, waits for it and writes FILE — a
+// header of eight int64 (the bytes "FLMTRACE", version 1, D, CTAs, consumer warps a CTA, marks
+// a warp, the SM clock in kHz, 0), then the marks, warp after warp, CTA after CTA (unwritten
+// ones all ones); tools/fwd_trace_summary.py reads it. For diagnosis: the forward then
+// synchronizes, and a failure to write the file is the call's error (the path and reason on stderr).
+template <int D>
+cudaError_t launch_traced(const Params& prm, unsigned grid, cudaStream_t stream, const char* path) {
+  using P = Plan<D>;
+  constexpr auto kernel = forward_fast_traced_kernel<D>;
+  constexpr int kCap = kTraceCap, kWarps = P::kThreads / 32 - 4;
+  const size_t words = size_t(kTracedCtas) * kWarps * kCap;
+  cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM(kernel, P::kAlloc);
+  uint64_t* clocks = nullptr;
+  if (err == cudaSuccess) err = cudaMalloc(&clocks, words * sizeof(uint64_t));
+  if (err != cudaSuccess) return err;
+  std::vector<uint64_t> host(words);
+  int device = 0, khz = 0;
+  if ((err = cudaMemsetAsync(clocks, 0xFF, words * sizeof(uint64_t), stream)) == cudaSuccess) {
+    kernel<<<grid, P::kThreads, P::kAlloc, stream>>>(prm, clocks);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) err = cudaMemcpyAsync(host.data(), clocks, words * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  if (err == cudaSuccess) err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device);
+  cudaFree(clocks);
+  if (err != cudaSuccess) return err;
+  int64_t header[8] = {0, 1, D, kTracedCtas, kWarps, kCap, khz, 0};
+  std::memcpy(header, "FLMTRACE", 8);
+  std::FILE* f = std::fopen(path, "wb");
+  bool ok = f != nullptr && std::fwrite(header, sizeof(header), 1, f) == 1 &&
+            std::fwrite(host.data(), sizeof(uint64_t), words, f) == words;
+  if (f != nullptr) ok = std::fclose(f) == 0 && ok;
+  if (!ok) std::fprintf(stderr, "flamia: FLAMIA_FWD_TRACE: could not write %s: %s\n", path, std::strerror(errno));
+  return ok ? cudaSuccess : cudaErrorUnknown;
 }
 
 template <int D>
@@ -62,6 +123,8 @@ cudaError_t launch(const Params& prm, int64_t capacity, cudaStream_t stream) {
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
   const int64_t work = capacity * prm.hq;  // an upper bound: the real count is on the device
   const unsigned grid = unsigned(work < sms ? work : sms);
+  const char* trace_path = std::getenv("FLAMIA_FWD_TRACE");
+  if (trace_path != nullptr && *trace_path != '\0') return launch_traced<D>(prm, grid, stream, trace_path);
   kernel<<<grid, P::kThreads, P::kAlloc, stream>>>(prm);
   return cudaGetLastError();
 }
