@@ -46,6 +46,10 @@ struct Plan {
   // 512 * 128: three consumers fit only at 160 (kScoresInFlight).
   static constexpr int kProducerRegs = D == 64 ? 32 : 40;
   static constexpr int kConsumerRegs = D == 64 ? 160 : 232;
+  // setmaxnreg only moves the registers the CTA was launched with (one CTA an SM: 64 K over
+  // kThreads, in multiples of 8 a thread); a claim beyond them would wait forever.
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
+                "the register split fits the launch's registers");
   // Whether a consumer keeps the next tile's S in flight while it folds P·V (64 more
   // registers a thread; fwd_consumer.cuh).
   static constexpr bool kScoresInFlight = D == 128;
