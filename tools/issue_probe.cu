@@ -210,6 +210,7 @@ bool check(cudaError_t e, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each configuration's line out as it ends, also through a pipe
   int tiles = 2000;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--tiles") == 0 && i + 1 < argc) {
