@@ -39,6 +39,9 @@ size_t backward_workspace_bytes_for(int64_t total_tokens, int64_t num_docs, int 
 // out: dense bf16 [T, Hq, D]; lse: fp32 [Hq, T]. qkv8 is read, but for the fast forward's
 // work counter (fwd_plan.cuh), which the call's first kernel zeroed.
 cudaError_t forward(const Params& p, void* qkv8, void* out, float* lse);
+// FLAMIA_FWD_TRACE (diagnosis): the file the fast forward writes its consumer warps' phase
+// clocks to, running its traced kernel (kit/phase_trace.cuh); nullptr when unset or empty.
+const char* forward_trace_path();
 
 // What the calling thread's last failed backward was doing (a tensor map, an alignment
 // check, quantize_dout, the launches), for the error message; "" after a success.

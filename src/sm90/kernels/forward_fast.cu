@@ -5,7 +5,6 @@
 // shared-memory plan: collective/fwd_plan.cuh.
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -69,7 +68,9 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
 // marks each (the producer warpgroup's four warps record none).
 constexpr int kTracedCtas = 4, kTraceCap = 1 << 14;
 template <int D>
-using TraceClocks = trace::Clocks<kTracedCtas, Plan<D>::kThreads / 32 - 4, 4, kTraceCap>;
+constexpr int kTracedWarps = Plan<D>::kThreads / 32 - 4;  // a CTA's consumer warps
+template <int D>
+using TraceClocks = trace::Clocks<kTracedCtas, kTracedWarps<D>, 4, kTraceCap>;
 template <int D>
 __global__ void __launch_bounds__(Plan<D>::kThreads, 1)
     forward_fast_traced_kernel(const __grid_constant__ Params p, uint64_t* clocks) {
@@ -82,24 +83,23 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1)
 // ones all ones); tools/fwd_trace_summary.py reads it. For diagnosis: the forward then
 // synchronizes, and a failure to write the file is the call's error (the path and reason on stderr).
 template <int D>
-cudaError_t launch_traced(const Params& prm, unsigned grid, cudaStream_t stream, const char* path) {
+cudaError_t launch_traced(const Params& prm, unsigned grid, int device, cudaStream_t stream, const char* path) {
   using P = Plan<D>;
   constexpr auto kernel = forward_fast_traced_kernel<D>;
-  constexpr int kCap = kTraceCap, kWarps = P::kThreads / 32 - 4;
+  constexpr int kCap = kTraceCap, kWarps = kTracedWarps<D>;
   const size_t words = size_t(kTracedCtas) * kWarps * kCap;
   cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM(kernel, P::kAlloc);
   uint64_t* clocks = nullptr;
   if (err == cudaSuccess) err = cudaMalloc(&clocks, words * sizeof(uint64_t));
   if (err != cudaSuccess) return err;
   std::vector<uint64_t> host(words);
-  int device = 0, khz = 0;
+  int khz = 0;
   if ((err = cudaMemsetAsync(clocks, 0xFF, words * sizeof(uint64_t), stream)) == cudaSuccess) {
     kernel<<<grid, P::kThreads, P::kAlloc, stream>>>(prm, clocks);
     err = cudaGetLastError();
   }
   if (err == cudaSuccess) err = cudaMemcpyAsync(host.data(), clocks, words * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
-  if (err == cudaSuccess) err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device);
   cudaFree(clocks);
   if (err != cudaSuccess) return err;
@@ -123,8 +123,7 @@ cudaError_t launch(const Params& prm, int64_t capacity, cudaStream_t stream) {
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
   const int64_t work = capacity * prm.hq;  // an upper bound: the real count is on the device
   const unsigned grid = unsigned(work < sms ? work : sms);
-  const char* trace_path = std::getenv("FLAMIA_FWD_TRACE");
-  if (trace_path != nullptr && *trace_path != '\0') return launch_traced<D>(prm, grid, stream, trace_path);
+  if (const char* trace_path = forward_trace_path()) return launch_traced<D>(prm, grid, device, stream, trace_path);
   kernel<<<grid, P::kThreads, P::kAlloc, stream>>>(prm);
   return cudaGetLastError();
 }
