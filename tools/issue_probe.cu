@@ -119,11 +119,12 @@ __global__ void __launch_bounds__(128 * (kWarpsPerScheduler + kTensor), 1)
   __syncthreads();
   // Two mix warpgroups and the tensor one share the CTA's registers as the kernel's roles do
   // (setmaxnreg): the tensor warpgroup's products need ~96, the mix 200 (at 170 each it spills).
-  // setmaxnreg only moves the registers the CTA was launched with — 384 threads at ptxas's 168
-  // — so the split must fit in them: a claim beyond waits forever (208 did so, the likely
-  // cause of the probe's hang on the H200; not yet rerun).
+  // setmaxnreg only moves the registers the CTA was launched with, so the split must fit in
+  // them: a claim beyond waits forever (208 did so, the likely cause of the probe's hang on
+  // the H200; not yet rerun).
   constexpr int kTensorRegs = 96, kMixRegs = 200;
-  static_assert(2 * 128 * kMixRegs + 128 * kTensorRegs <= 384 * 168, "the split fits the launch's registers");
+  static_assert(2 * 128 * kMixRegs + 128 * kTensorRegs <= flamia::sm90::warpgroup::launch_registers(384),
+                "the split fits the launch's registers");
   constexpr bool kSplit = kTensor && kWarpsPerScheduler == 2;
   if (kTensor && int(threadIdx.x) >= kMixThreads) {
     if constexpr (kSplit) flamia::sm90::warpgroup::release_registers<kTensorRegs>();

@@ -15,6 +15,11 @@ constexpr int kThreads = 128;
 // registers instead of taking per-thread registers (docs/PERFORMANCE.md v19).
 __device__ __forceinline__ int index() { return __shfl_sync(0xffffffffu, int(threadIdx.x) / kThreads, 0); }
 
+// The registers a CTA of `threads` threads, alone on its SM, holds from its launch (64 K, in
+// multiples of 8 a thread): all that setmaxnreg can move between its warpgroups — a claim
+// beyond them waits forever.
+constexpr int launch_registers(int threads) { return threads * (65536 / threads / 8 * 8); }
+
 // The producer gives registers back to the pool; consumers take them. Every warp of the
 // warpgroup executes the same call. N must be a multiple of 8 in [24, 256].
 template <int N>

@@ -14,6 +14,7 @@
 
 #include "common/tiles.h"
 #include "common/work_order.h"
+#include "sm90/arch/warpgroup.cuh"
 #include "sm90/schedule.cuh"
 
 namespace flamia {
@@ -46,10 +47,8 @@ struct Plan {
   // 512 * 128: three consumers fit only at 160 (kScoresInFlight).
   static constexpr int kProducerRegs = D == 64 ? 32 : 40;
   static constexpr int kConsumerRegs = D == 64 ? 160 : 232;
-  // setmaxnreg only moves the registers the CTA was launched with (one CTA an SM: 64 K over
-  // kThreads, in multiples of 8 a thread); a claim beyond them would wait forever.
-  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
-                "the register split fits the launch's registers");
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= warpgroup::launch_registers(kThreads),
+                "the register split fits the launch's registers (setmaxnreg moves only those)");
   // Whether a consumer keeps the next tile's S in flight while it folds P·V (64 more
   // registers a thread; fwd_consumer.cuh).
   static constexpr bool kScoresInFlight = D == 128;
