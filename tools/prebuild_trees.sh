@@ -13,13 +13,15 @@ for spec in "$@"; do
   [ -d ".ab/$name" ] || { echo "$name: no tree .ab/$name (tools/make_trees.sh)"; continue; }
   build=${TMPDIR:-/tmp}/flamia-prebuild/$name
   mkdir -p "$build"
-  targets="flamia flamia_gpu_tests flamia_bench flamia_fuzz"
-  grep -q flamia_issue_probe ".ab/$name/CMakeLists.txt" && targets="$targets flamia_issue_probe"
+  programs="flamia_gpu_tests flamia_bench flamia_fuzz"
+  grep -q flamia_issue_probe ".ab/$name/CMakeLists.txt" && programs="$programs flamia_issue_probe"
   { cmake -S ".ab/$name" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON &&
-    ninja -C "$build" -j"$jobs" $targets; } >"$build.log" 2>&1 ||
+    ninja -C "$build" -j"$jobs" flamia $programs; } >"$build.log" 2>&1 ||
     { echo "$name: build failed ($build.log)"; continue; }
-  mkdir -p ".ab/$name/prebuilt"
-  for t in $targets; do cp "$build/$t" "$build/lib$t.so" ".ab/$name/prebuilt/" 2>/dev/null; done
+  # Afresh: nothing left from an earlier build of another revision.
+  rm -rf ".ab/$name/prebuilt" && mkdir -p ".ab/$name/prebuilt"
+  cp "$build/libflamia.so" ".ab/$name/prebuilt/"
+  for t in $programs; do cp "$build/$t" ".ab/$name/prebuilt/"; done
   git rev-parse --short "$rev" >".ab/$name/prebuilt/COMMIT"
   echo "$name: prebuilt ($(cat ".ab/$name/prebuilt/COMMIT"))"
 done
