@@ -8,8 +8,8 @@ FLAMIA_FWD_TRACE=FILE records (src/sm90/kit/phase_trace.cuh; the forward call wr
 Each warp's marks split its time into the phase that ends at each mark: the ring wait (ends
 when the next tile's stage has landed; at an item's end it also holds the wait for the next
 item's announcement), P·V (issued, S(n + 1) issued behind it, P·V waited for), the fold (at
-D = 64 also S(n + 1)'s issue), the wait for S, the softmax (with its wait for the key-scale
-warp's values), the epilogue (with the release of the stages of tiles the warp does not
+D = 64 also S(n + 1)'s issue), the wait for S, the softmax in three parts (the maxima, with
+the wait for the key-scale warp's values; the exps; the rest), the epilogue (with the release of the stages of tiles the warp does not
 compute) and the next item's set-up (with the items a warp has no rows of). Printed: each
 phase's share of the warps' traced time, the cycles a warp-tile, and how much of a warp's
 softmax time another consumer warp of its scheduler (consumer warp w runs on scheduler
@@ -22,11 +22,14 @@ import argparse
 import struct
 import sys
 
-EVENTS = ["item_start", "stage_landed", "scores_done", "softmax_done", "pv_done", "fold_done", "item_end"]
-# The phase that ends at each mark.
+EVENTS = ["item_start", "stage_landed", "scores_done", "softmax_done", "pv_done", "fold_done", "item_end",
+          "maxima_done", "exps_done"]
+# The phase that ends at each mark. Inside the softmax, the marks split it into the maxima
+# (with the key-scale wait and K's scales), the exps (with their partial sums and P's V
+# scale) and what follows ("softmax": the row sums' merge and P8's packing).
 PHASE_OF = {"stage_landed": "ring wait", "pv_done": "P·V issue and wait", "fold_done": "fold",
             "scores_done": "S wait", "softmax_done": "softmax", "item_end": "epilogue",
-            "item_start": "item set-up"}
+            "item_start": "item set-up", "maxima_done": "softmax-maxima", "exps_done": "softmax-exps"}
 EMPTY = (1 << 64) - 1
 
 
@@ -66,12 +69,16 @@ def phases(seq):
     softmax intervals."""
     spent = {}
     softmax = []
-    for (_, t0), (e1, t1) in zip(seq, seq[1:]):
+    start = None  # the current softmax's start: its S done
+    for (e0, t0), (e1, t1) in zip(seq, seq[1:]):
         if t1 < t0:
             raise SystemExit(f"clock went back: {t0} then {t1} at {e1}")
         spent[PHASE_OF[e1]] = spent.get(PHASE_OF[e1], 0) + (t1 - t0)
-        if e1 == "softmax_done":
-            softmax.append((t0, t1))
+        if e0 == "scores_done":
+            start = t0
+        if e1 == "softmax_done" and start is not None:
+            softmax.append((start, t1))
+            start = None
     return spent, softmax
 
 
@@ -128,6 +135,10 @@ def summarize(head, marks):
                f"{total_time / tiles:.0f} cycles a warp-tile")
     for k, v in sorted(per_phase.items(), key=lambda kv: -kv[1]):
         out.append(f"  {k:20s} {100.0 * v / total_time:5.1f} %   {v / tiles:7.0f} cycles a tile")
+    inner = [k for k in per_phase if k.startswith("softmax-")]
+    if inner:
+        v = sum(per_phase[k] for k in inner) + per_phase.get("softmax", 0)
+        out.append(f"  {'softmax in all':20s} {100.0 * v / total_time:5.1f} %   {v / tiles:7.0f} cycles a tile")
     if full:
         out.append(f"  note: {full} warps stopped at the cap of {head['cap']} marks; their later tiles are not "
                    f"counted, and the overlap after the first stop is undercounted")

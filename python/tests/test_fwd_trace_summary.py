@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EV = {"item_start": 0, "stage_landed": 1, "scores_done": 2, "softmax_done": 3, "pv_done": 4, "fold_done": 5,
-      "item_end": 6}
+      "item_end": 6, "maxima_done": 7, "exps_done": 8}
 EMPTY = (1 << 64) - 1
 
 
@@ -48,6 +48,25 @@ def test_phases_and_same_scheduler_overlap(tmp_path):
     assert any(line.split()[0] == "softmax" and "36.4 %" in line for line in out.splitlines()), out
     # Warp 0: 20 of 40 shared with warp 4, warp 4 the same; warp 1 shares nothing: 40 / 120.
     assert "33.3 %" in out.splitlines()[-1], out
+
+
+def test_softmax_parts_and_overlap_from_its_start(tmp_path):
+    # The softmax (30..70) in three parts: maxima 10, exps 25, the rest 5; the overlap counts
+    # the whole softmax, not its last part: warp 4 (50..90) shares 20 of warp 0's 40 cycles.
+    def fine(t0):
+        return [("item_start", t0), ("stage_landed", t0 + 10), ("scores_done", t0 + 30), ("maxima_done", t0 + 40),
+                ("exps_done", t0 + 65), ("softmax_done", t0 + 70), ("pv_done", t0 + 90), ("fold_done", t0 + 100),
+                ("item_end", t0 + 110)]
+    path = tmp_path / "t.trace"
+    write_trace(path, [fine(0), [], [], [], fine(20)])
+    r = run(path)
+    assert r.returncode == 0, r.stderr
+    # The phase lines: a name, then its share.
+    lines = {line.split()[0]: line for line in r.stdout.splitlines()[1:] if line.split()[1][0].isdigit()}
+    assert "9.1 %" in lines["softmax-maxima"] and "22.7 %" in lines["softmax-exps"], r.stdout
+    assert "4.5 %" in lines["softmax"], r.stdout
+    assert any(line.strip().startswith("softmax in all") and "36.4 %" in line for line in r.stdout.splitlines())
+    assert r.stdout.splitlines()[-1].endswith("50.0 %"), r.stdout
 
 
 def test_rejects_other_files(tmp_path):

@@ -151,11 +151,11 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       const int last_row = m0 + 16 * warp + 15;
       const int steps = masked_key_steps(mask, last_row, n0);
       if (__shfl_sync(0xffffffffu, steps, 0) <= kKeySteps / 2)
-        softmax_tile<true, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
+        softmax_tile<true, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
       else
-        softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
+        softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     } else {
-      softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp);
+      softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     }
     phases.mark(trace::kSoftmaxDone);
   };

@@ -16,6 +16,7 @@
 #include "common/tiles.h"
 #include "flamia/formats.h"
 #include "sm90/fragments.cuh"
+#include "sm90/kit/phase_trace.cuh"
 #include "sm90/masks.cuh"
 #include "sm90/ptx.cuh"
 
@@ -114,10 +115,11 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
 // s: Q·Kᵀ of the tile (raw sums). ks: the tile's key values (KeyScales). i0: this lane's
 // first row, n0: the tile's first key, both document-local. Masks per element only when kMask;
 // kSteps < kKeySteps only for a masked tile whose later columns no row of the warp sees.
-template <bool kMask, int kSteps = kKeySteps>
+// phases: the phase clocks' two marks inside (kit/phase_trace.cuh; trace::Off: none).
+template <bool kMask, int kSteps = kKeySteps, class Trace>
 __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
-                                             RowState& st, TileP& out) {
+                                             RowState& st, TileP& out, Trace& phases) {
   int seen[2] = {0, 0};
   if constexpr (kMask) mask.visible_keys_of_lane(i0, n0, lane_id() & 3, seen);
   float tmax[2][kChains];
@@ -154,6 +156,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     st.m[r] = m_new;
     st.mc[r] = mc_new;
   }
+  phases.mark(trace::kMaximaDone);
   // P's scale (ALGORITHM.md §2 step 5): sigma = pow2_scale(pm * Y), Y the maximum of sv over
   // the row's visible keys of the tile; for rows that see the whole tile, the tile's.
   float sum[2][kChains];
@@ -178,6 +181,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     }
     probabilities<kMask, false, kSteps>(s, ks, sqc, inv, st, seen, sum);
   }
+  phases.mark(trace::kExpsDone);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float row_sum = sum[r][0];

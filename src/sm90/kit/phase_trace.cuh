@@ -1,6 +1,6 @@
 // Phase clocks of the fast forward's consumer warps: when each warp's tiles reach the points
 // that bound its phases (its stage landed, S done, softmax done, P·V done, fold done), read
-// from the SM's cycle counter by lane 0. What ncu's per-instruction stall samples cannot
+// from the SM's cycle counter by lane 0, and two points inside the softmax. What ncu's per-instruction stall samples cannot
 // show: how long each phase lasts tile by tile, and whether the consumer warps of a scheduler
 // (two at D = 128, three at D = 64) are in their softmax at the same time. The production kernel takes `Off` (no code);
 // FLAMIA_FWD_TRACE=FILE launches the kernel instantiated with `Clocks` and writes the
@@ -24,6 +24,9 @@ enum Event : uint32_t {
   kPvDone = 4,       // P·V of the tile is done: the fold starts
   kFoldDone = 5,     // the fold is done (at D = 64 S(n + 1) is issued after it, before this mark)
   kItemEnd = 6,      // O of the item stored
+  // Inside the softmax (fwd_softmax.cuh), between kScoresDone and kSoftmaxDone:
+  kMaximaDone = 7,  // the rows' new maxima and alpha formed (after the key-scale wait, K's scales)
+  kExpsDone = 8,    // the exps, their partial sums and P's V scale applied
 };
 
 struct Off {
