@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # (kept with its outputs; run from the repository root with OUT set, the trees prebuilt by tools/prebuild_trees.sh: head = main f9a292c, v94 = fwd-stages4, v95 = fwd-polyexp 161ba62, ts = fwd-trace-softmax 3016dd6)
+# (.ab/prebuilt_lib.sh, a local helper not kept in the repository, only adds the CUDA libraries to LD_LIBRARY_PATH.)
 # All binaries prebuilt. (1) v95 (exps on the FMA pipe) and v94 (four stages) smoke; (2) A/B of the
 # fp8 forward: head (main's kernels) vs v94 vs v95, four workloads, 3 rounds; (3) the issue probe
 # (register split fixed); (4) the phase clocks with the softmax split (ts): test + three traces.

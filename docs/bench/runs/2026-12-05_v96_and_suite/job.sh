@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # (kept with its outputs; head = main f9a292c, v96 = fwd-ready64b f3a6984, cur = main 787eb0c; trees prebuilt by tools/prebuild_trees.sh)
+# (.ab/prebuilt_lib.sh, a local helper not kept in the repository, only adds the CUDA libraries to LD_LIBRARY_PATH.)
 # All binaries prebuilt. (1) v96 (D = 64: the key-scale warp's values waited for after the row
 # maxima) smoke; (2) A/B of the fp8 forward, head (main's kernels) vs v96, 3 rounds; (3) the
 # current main's (cur) whole GPU suite in the time left.
