@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # (kept with its outputs; main = 0c83cfe, dcodes = ec0402d, prebuilt by tools/prebuild_trees.sh)
 # All binaries prebuilt: the backward and step time of D from dO's codes (landed) against the
-# (.ab/prebuilt_lib.sh, a local helper not kept in the repository, only adds the CUDA libraries to LD_LIBRARY_PATH.)
 # library before it: main = 0c83cfe, dcodes = ec0402d; fp8 and fp8_mixed, 2 rounds.
+# (.ab/prebuilt_lib.sh, a local helper not kept in the repository, only adds the CUDA libraries to LD_LIBRARY_PATH.)
 set -uo pipefail
 T0=$(date +%s)
 source .ab/prebuilt_lib.sh
