@@ -43,7 +43,6 @@ namespace mma = flamia::sm90::mma;
 constexpr int kScores = 64;  // a thread's scores in a 64 x 128 tile (128 threads)
 constexpr int kChains = 4;
 
-
 // f(j, e, v) for the lane's scores j = 8 n2 + e, v the per-key value of j's column, from
 // shared memory as in the kernel (fwd_softmax.cuh's for_each_score: one 16-byte load serves 8
 // of a lane's scores).
@@ -120,8 +119,8 @@ __global__ void __launch_bounds__(128 * (kWarpsPerScheduler + kTensor), 1)
   // Two mix warpgroups and the tensor one share the CTA's registers as the kernel's roles do
   // (setmaxnreg): the tensor warpgroup's products need ~96, the mix 200 (at 170 each it spills).
   // setmaxnreg only moves the registers the CTA was launched with, so the split must fit in
-  // them: a claim beyond waits forever (208 did so, the likely cause of the probe's hang on
-  // the H200; not yet rerun).
+  // them: a claim beyond waits forever (208 did so and the probe hung; with 200 it runs,
+  // docs/PERFORMANCE.md "v95 and v94 outcome").
   constexpr int kTensorRegs = 96, kMixRegs = 200;
   static_assert(2 * 128 * kMixRegs + 128 * kTensorRegs <= flamia::sm90::warpgroup::launch_registers(384),
                 "the split fits the launch's registers");

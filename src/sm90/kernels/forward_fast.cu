@@ -67,10 +67,11 @@ __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(cons
 // The traced kernel: the consumer warps of the first kTracedCtas CTAs record up to kTraceCap
 // marks each (the producer warpgroup's four warps record none).
 constexpr int kTracedCtas = 4, kTraceCap = 1 << 14;
+constexpr int kWarpsPerWarpgroup = warpgroup::kThreads / 32;  // the first consumer warp: after the producer's
 template <int D>
-constexpr int kTracedWarps = Plan<D>::kThreads / 32 - 4;  // a CTA's consumer warps
+constexpr int kTracedWarps = Plan<D>::kConsumers * kWarpsPerWarpgroup;  // a CTA's consumer warps
 template <int D>
-using TraceClocks = trace::Clocks<kTracedCtas, kTracedWarps<D>, 4, kTraceCap>;
+using TraceClocks = trace::Clocks<kTracedCtas, kTracedWarps<D>, kWarpsPerWarpgroup, kTraceCap>;
 template <int D>
 __global__ void __launch_bounds__(Plan<D>::kThreads, 1)
     forward_fast_traced_kernel(const __grid_constant__ Params p, uint64_t* clocks) {
