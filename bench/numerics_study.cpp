@@ -105,7 +105,7 @@ void check_safety(const Pack& pk, const EmulationConfig& cfg, const Outputs& bas
 
 // ---------------------------------------------------------------------------------------
 // --options: the forward options of ALGORITHM.md §7 against the first variant (fresh fold,
-// tile max: the reference GPU kernels' rule and §2's until 2026-12-01).
+// tile max, the running reference: the reference GPU kernels' rules, §2's until 2026-12-01).
 // ---------------------------------------------------------------------------------------
 struct Variant {
   const char* name;
@@ -116,11 +116,15 @@ struct Variant {
   bool long_backward;  // also run on the long document's full backward (the costly workload)
   PvOperand operand = PvOperand::Fp8;
   bool dp_bf16 = false;  // the backward's dP on BF16 dO and V
+  PRef p_ref = PRef::Lazy;
 };
 
 const Variant kVariants[] = {
-    {"fresh fold, tile max (reference kernels)", PvFold::Fresh, PScale::TileMax, 0, Accumulation::Wgmma, true},
+    {"fresh fold, tile max, running reference (reference kernels)", PvFold::Fresh, PScale::TileMax, 0,
+     Accumulation::Wgmma, true, PvOperand::Fp8, false, PRef::Running},
     {"B: fresh fold, tile keys (default)", PvFold::Fresh, PScale::TileKeys, 0, Accumulation::Wgmma, true},
+    {"B, running reference (default until 2026-12-05)", PvFold::Fresh, PScale::TileKeys, 0, Accumulation::Wgmma,
+     true, PvOperand::Fp8, false, PRef::Running},
     {"A: chained, running max", PvFold::Chained, PScale::RunningMax, 0, Accumulation::Wgmma, true},
     {"A+B: chained, running keys", PvFold::Chained, PScale::RunningKeys, 0, Accumulation::Wgmma, true},
     {"A+B, headroom 2^2", PvFold::Chained, PScale::RunningKeys, 2, Accumulation::Wgmma, false},
@@ -142,6 +146,7 @@ EmulationConfig variant_config(const Variant& v, flamia_recipe recipe) {
   cfg.arith.pv = v.pv;
   cfg.fwd.pv_operand = v.operand;
   cfg.dp_bf16 = v.dp_bf16;
+  cfg.fwd.p_ref = v.p_ref;
   return cfg;
 }
 

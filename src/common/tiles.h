@@ -15,6 +15,10 @@ constexpr int kFwdBlockN = 128;
 // depend on the rows it shares an item with, so this one changes no result; it lives here
 // beside kFwdBlockM because the quantizer builds a work list of it.
 constexpr int kFwdBlockM64 = 192;
+// A row's P is taken against a reference that moves only when the row's maximum passes it
+// by more than 2^kFwdRescaleLog2 in p (ALGORITHM.md §2 steps 2-3): p <= 8, P's scale leaves
+// it that headroom. The fast forward computes a tile's p before its maximum is known.
+constexpr int kFwdRescaleLog2 = 3;
 
 // Reference GPU forward (mma.sync) and the backward kernels: 64-token tiles.
 constexpr int kRefFwdBlockN = 64;

@@ -39,6 +39,9 @@ void validate(const EmulationConfig& cfg) {
   if (o.p_headroom_log2 < 0 || o.p_headroom_log2 > 8)
     throw std::invalid_argument("EmulationConfig::fwd.p_headroom_log2: must be in [0, 8], got " +
                                 std::to_string(o.p_headroom_log2));
+  if (o.rescale_log2 < 0 || o.rescale_log2 > 8)
+    throw std::invalid_argument("EmulationConfig::fwd.rescale_log2: must be in [0, 8], got " +
+                                std::to_string(o.rescale_log2));
   if (o.p_ref == PRef::Tile &&
       !(o.fold == PvFold::Fresh && (o.p_scale == PScale::TileMax || o.p_scale == PScale::TileKeys)))
     throw std::invalid_argument(
@@ -55,9 +58,10 @@ void validate(const EmulationConfig& cfg) {
     throw std::invalid_argument(
         "EmulationConfig::dq_operand: the E4M3 forms need recipe = FLAMIA_RECIPE_FP8_MIXED and an FP8 scheme "
         "(fp8's dS is E4M3 already)");
-  if (o.pv_operand == PvOperand::Bf16 && (cfg.scheme != Scheme::PerToken || o.p_ref != PRef::Running))
+  if (o.pv_operand == PvOperand::Bf16 && (cfg.scheme != Scheme::PerToken || o.p_ref == PRef::Tile))
     throw std::invalid_argument(
-        "EmulationConfig::fwd.pv_operand: PvOperand::Bf16 needs scheme = Scheme::PerToken and p_ref = PRef::Running");
+        "EmulationConfig::fwd.pv_operand: PvOperand::Bf16 needs scheme = Scheme::PerToken and p_ref = PRef::Lazy "
+        "or PRef::Running");
 }
 
 namespace {
@@ -304,6 +308,8 @@ void visit_tiles(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
   const ForwardOptions& opt = cx.cfg->fwd;
   const bool fp8 = cx.cfg->scheme != Scheme::Bf16;
   const bool tile_local = opt.p_ref == PRef::Tile;
+  const bool lazy = opt.p_ref == PRef::Lazy;
+  const float threshold = float(opt.rescale_log2), bound_p = std::ldexp(1.0f, opt.rescale_log2);
   const bool bf16_pv = opt.pv_operand == PvOperand::Bf16;
   // S's wgmma rule is the scheme's; the P·V product's is BF16's under option C.
   const tc::StepRule& rule = bf16_pv ? tc::kHopperBF16 : wgmma_rule(cx.cfg->scheme);
@@ -321,12 +327,15 @@ void visit_tiles(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     for (int j = 0; j < w; ++j) tile_max = max_nan(tile_max, s_buf[j]);
     const float m_new = max_nan(m, tile_max);
     const float mc_prev = mc;  // what the earlier tiles' p were taken against
-    mc = m_new * c;
+    // The reference moves to m_new c unless it is lazy and m_new passes it by at most the
+    // threshold (NaN moves it); on the first tile it always does.
+    const bool moves = !lazy || m == -kInf || !(std::fmaf(m_new, c, -mc) <= threshold);
+    if (moves) mc = m_new * c;
     // 3. probabilities and the rescale factor. Tile-local P (§7): against the tile's own
     // maximum, the tile entering the row's state through beta = exp2(m_t c - mc).
     const float pc = tile_local ? tile_max * c : mc;
     for (int j = 0; j < w; ++j) p_buf[j] = std::exp2(std::fmaf(s_buf[j], c, -pc));
-    const float alpha = (m == -kInf) ? 0.0f : std::exp2(mc_prev - mc);
+    const float alpha = (m == -kInf) ? 0.0f : moves ? std::exp2(mc_prev - mc) : 1.0f;
     const float beta = tile_local ? std::exp2(std::fmaf(tile_max, c, -mc)) : 1.0f;
     // 4. denominator from the unquantized p.
     float rowsum = 0.0f;
@@ -337,7 +346,8 @@ void visit_tiles(const ForwardContext& cx, int64_t base, int L, int h, int kvh, 
     float sigma_t = 1.0f;
     // >= every p_j of the tile: p is taken against pc (mc, or the tile's own maximum with
     // tile-local P, whose pm then depends on the tile alone). Read by the key rules only.
-    const float pm = std::exp2(std::fmaf(tile_local ? tile_max : m_new, c, -pc));
+    const float pm_log2 = std::fmaf(tile_local ? tile_max : m_new, c, -pc);
+    const float pm = lazy && pm_log2 <= threshold ? bound_p : std::exp2(pm_log2);
     if (bf16_pv) {
       // Option C: p (<= pm, about 1) as BF16; V's scale does not enter (its BF16 values do).
       for (int j = 0; j < w; ++j) p_buf[j] = fmt::round_bf16(p_buf[j]);

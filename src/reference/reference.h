@@ -80,8 +80,10 @@ enum class PvFold {
 };
 
 // How P's per-row scale sigma is chosen for a key tile (§2 step 5). x_j = p_j * sv[j];
-// pm = exp2(fmaf(m_new, c, -mc)) is the largest p_j the tile can have (p_j <= pm since
-// S_j <= m_new; pm is 1 up to the rounding of m_new * c).
+// pm = exp2(fmaf(m_new, c, -r)) is the largest p_j the tile can have (p_j <= pm since
+// S_j <= m_new; with PRef::Running pm is 1 up to the rounding of m_new * c). With PRef::Lazy
+// the key rules take 2^rescale_log2 for pm wherever fmaf(m_new, c, -r) <= rescale_log2 (every
+// row but a huge or non-finite maximum's), so that sigma is the tile's for all its rows.
 // The key rules quantize p_j * (sv[j] / sigma), the max rules x_j / sigma.
 enum class PScale {
   TileMax,      // pow2_scale(max_j x_j) over the tile's visible keys (the reference GPU kernels)
@@ -90,12 +92,16 @@ enum class PScale {
   RunningKeys   // pow2_scale(Y), Y = max(alpha * Y_prev, pm * max_j sv[j])
 };
 
-// What P of a key tile is taken against (§2 step 3). Running: the row's running maximum over
-// all tiles so far, so a tile's FP8 codes depend on the tiles before it. Tile: the tile's own
-// maximum m_t, the tile entering the row's state through beta = exp2(m_t c - mc)
-// (l += beta * sum p, acc += (beta * sigma) * tile): a tile's codes depend on it alone, and
-// key chunks may be computed apart and merged (docs/CONTEXT_PARALLEL.md).
-enum class PRef { Running, Tile };
+// What P of a key tile is taken against (§2 step 3). Lazy (§2): a reference r that moves to
+// the row's maximum (r = m c) only on the first tile or when fmaf(m, c, -r) exceeds
+// rescale_log2 (so p <= 2^rescale_log2 and alpha = 1 on every other tile); the key rules then
+// take sigma from 2^rescale_log2 * max_j sv[j]. Running: the row's running maximum over all
+// tiles so far (§2 until 2026-12-05, the reference GPU kernels). Either way a tile's FP8
+// codes depend on the tiles before it. Tile: the tile's own maximum m_t, the tile entering
+// the row's state through beta = exp2(m_t c - mc) (l += beta * sum p, acc += (beta * sigma) *
+// tile): a tile's codes depend on it alone, and key chunks may be computed apart and merged
+// (docs/CONTEXT_PARALLEL.md).
+enum class PRef { Lazy, Running, Tile };
 
 // The operands of the forward's P·V product (§2 steps 5-6, §7).
 enum class PvOperand {
@@ -105,7 +111,8 @@ enum class PvOperand {
 };
 
 struct ForwardOptions {
-  PRef p_ref = PRef::Running;
+  PRef p_ref = PRef::Lazy;
+  int rescale_log2 = tiles::kFwdRescaleLog2;  // PRef::Lazy's threshold, in [0, 8]
   PvFold fold = PvFold::Fresh;
   PScale p_scale = PScale::TileKeys;
   int p_headroom_log2 = 0;  // sigma times 2^k, k in [0, 8]: P8 stays below 448 / 2^k

@@ -101,14 +101,29 @@ struct Literal {
             for (int j : js) { s.push_back(S(base, i, j, h)); mt = nanmax(mt, s.back()); }
             const float m_new = nanmax(m, mt);
             const float mc_prev = mc;
-            mc = m_new * c;
+            // The reference moves on the first tile, or when m_new passes it by more than T.
+            const float T = float(cfg.fwd.rescale_log2);
+            const bool moves = m == -INFINITY || !(std::fmaf(m_new, c, -mc) <= T);
+            if (moves) mc = m_new * c;
             for (float sj : s) p.push_back(std::exp2(std::fmaf(sj, c, -mc)));
-            const float alpha = m == -INFINITY ? 0.0f : std::exp2(mc_prev - mc);
+            const float alpha = m == -INFINITY ? 0.0f : moves ? std::exp2(mc_prev - mc) : 1.0f;
             float sum = 0.0f;
             for (float pj : p) sum += pj;
             l = l * alpha + sum;
-            for (size_t n = 0; n < js.size(); ++n) x.push_back(p[n] * v.sc(base + js[n], kvh(h)));
-            const float sigma = literal_round(x, fp8());
+            float sigma = 1.0f;
+            if (fp8()) {
+              // The key rule: sigma = pow2_scale(pm * Y), pm = 2^T while m_new is within T of
+              // the reference, Y the largest V scale of the visible keys.
+              const float d = std::fmaf(m_new, c, -mc);
+              const float pm = d <= T ? std::ldexp(1.0f, cfg.fwd.rescale_log2) : std::exp2(d);
+              float y = 0.0f;
+              for (int j : js) y = nanmax(y, v.sc(base + j, kvh(h)));
+              sigma = fmt::pow2_scale(pm * y);
+              for (size_t n = 0; n < js.size(); ++n)
+                x.push_back(fmt::e4m3_to_f32(fmt::e4m3_rn_sat(p[n] * (v.sc(base + js[n], kvh(h)) / sigma))));
+            } else {
+              for (size_t n = 0; n < js.size(); ++n) x.push_back(fmt::round_bf16(p[n] * v.sc(base + js[n], kvh(h))));
+            }
             for (int d = 0; d < D; ++d) {
               float t = 0.0f;
               for (size_t n = 0; n < js.size(); ++n) t += x[n] * v.e(base + js[n], kvh(h), d);

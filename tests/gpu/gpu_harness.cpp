@@ -355,9 +355,13 @@ ref::EmulationConfig spec_config(const Case& c) {
   const auto acc = flamia::sm90::forward_is_wgmma() ? ref::Accumulation::Wgmma : ref::Accumulation::Fp32;
   cfg.arith.s = acc;
   cfg.arith.pv = acc;
-  // The fast forward takes P's scale from the keys' V scales (§2); the reference kernels
-  // from the maximum of p * sv (ALGORITHM.md §7, TileMax).
-  if (!flamia::sm90::forward_p_scale_from_keys()) cfg.fwd.p_scale = ref::PScale::TileMax;
+  // The fast forward takes P against the lazy reference and its scale from the keys' V
+  // scales (§2); the reference kernels against the running maximum, and P's scale from the
+  // maximum of p * sv (ALGORITHM.md §7: PRef::Running, TileMax).
+  if (!flamia::sm90::forward_p_scale_from_keys()) {
+    cfg.fwd.p_ref = ref::PRef::Running;
+    cfg.fwd.p_scale = ref::PScale::TileMax;
+  }
   return cfg;
 }
 

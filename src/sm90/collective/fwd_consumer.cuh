@@ -6,7 +6,8 @@
 //                     from the keys' V scales (the key-scale warp's, fwd_producer.cuh);
 //   fresh = p8 Vᵀ     wgmma m64nDk32 with A = p8 from registers, 4 k-steps (128 keys) into a
 //                     fresh accumulator;
-//   acc = acc * alpha + sigma * fresh    (FP32; sigma * fresh is exact, so one FMUL + FFMA).
+//   acc = acc * alpha + sigma * fresh    (FP32; sigma * fresh is exact: one FFMA, acc * alpha
+//                     taken in the softmax, and only where a row's reference moved).
 // Software-pipelined across items: the P·V of tile n and the S of the next tile (the next
 // item's first at an item's last) are issued together, and the fold of P·V(n) — at an item's
 // end also O's store — runs while the tensor core computes that S (Plan::kScoresInFlight;
@@ -144,6 +145,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
                        *reinterpret_cast<const float*>(st + P::kSigma)};
     const int n0 = n * P::kBlockN;
     const DocMask mask{item.dt.len, p.causal};
+    bool rescale = false;
     if (mask_needed_for_rows(mask, m0, n0, P::kBlockN)) {
       // A warp whose rows see none of the tile's last 64 keys (the first consumer's on the
       // causal diagonal; rows that end the document early in the tile) skips those two key
@@ -154,8 +156,22 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
         softmax_tile<true, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
       else
         softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
-    } else {
+      rescale = true;
+    } else if (n == 0 || !P::kSpeculativeSoftmax) {
       softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+      rescale = n > 0;
+    } else {
+      rescale = softmax_tile_lazy(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+    }
+    // acc holds the rows' tiles before n, folded (the fold of n - 1 is done): a moved reference
+    // rescales it here, so that the fold is one FFMA an element. alpha is 1 for the rows that
+    // kept theirs (acc * 1 == acc, the same bits). The item's first tile has no earlier
+    // accumulation (its fold writes or adds onto zeros).
+    if (rescale && n > 0) {
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[d][e] = __fmul_rn(acc[d][e], tp.alpha[e >> 1]);
     }
     phases.mark(trace::kSoftmaxDone);
   };
@@ -168,7 +184,9 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       mma::rs(fresh, tp.p8[kk], mma::desc<P::kVtRowBytes>(stage + P::kVt, kk), kk > 0);
     mma::commit();
   };
-  // acc = acc * alpha + sigma * fresh, once P·V(n) is done (the caller waited).
+  // acc = acc + sigma * fresh, once P·V(n) is done (the caller waited); acc was rescaled by
+  // alpha in the softmax of n where a reference moved (ALGORITHM.md §2 step 6: sigma * fresh
+  // is exact, so the FFMA rounds what acc * alpha + sigma * fresh does).
   auto fold = [&](float (&fresh)[D / 8][4], int n) {
     mma::pin(fresh);
     mma::pin(tp.p8);
@@ -177,10 +195,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     mbar::arrive(empty0 + 8 * stage_of(n));
     // The item's first tile (kFirstFoldWrites): acc * alpha is +0 (acc 0, alpha 0 before any
     // maximum), so acc = fmaf(sigma, fresh, +0) — the same bits, a signed zero included —
-    // without zeroing acc at the hand-over. Every later tile rescales, also where alpha is 1
-    // (acc * 1 == acc, the same bits): a warp vote to skip the multiplies measured 1 % slower
-    // at fixed-16k (docs/PERFORMANCE.md v77) — the fold runs in the shadow of S(n + 1) on the
-    // tensor core, and the vote and branch cost more there than the multiplies.
+    // without zeroing acc at the hand-over.
     if (kFirstFoldWrites && n == 0) {
 #pragma unroll
       for (int d = 0; d < D / 8; ++d)
@@ -190,8 +205,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
 #pragma unroll
       for (int d = 0; d < D / 8; ++d)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], __fmul_rn(acc[d][e], tp.alpha[e >> 1]));
+        for (int e = 0; e < 4; ++e) acc[d][e] = __fmaf_rn(tp.sigma[e >> 1], fresh[d][e], acc[d][e]);
     }
   };
   // O = acc * (1 / l) in bf16 (one division per row, not per element: an IEEE division is a

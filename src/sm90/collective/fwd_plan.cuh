@@ -52,6 +52,9 @@ struct Plan {
   // Whether a consumer keeps the next tile's S in flight while it folds P·V (64 more
   // registers a thread; fwd_consumer.cuh).
   static constexpr bool kScoresInFlight = D == 128;
+  // Whether an unmasked tile's p are formed before its maximum (softmax_tile_lazy): at D = 64
+  // the pass's t, P8 and sums beside O spill the three consumers' 160 registers.
+  static constexpr bool kSpeculativeSoftmax = D == 128;
 
   // Operand rows: Q and K rows are one token's D codes (D-byte swizzle), Vᵀ rows one d's 128
   // key codes (128-byte swizzle).

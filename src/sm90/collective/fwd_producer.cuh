@@ -127,7 +127,8 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
 
 // The producer warpgroup's second warp: P's key-rule scale of every key tile (ALGORITHM.md
 // §2 step 5: sigma = pow2_scale(pm * Y), Y the maximum of sv over a row's visible keys of the
-// tile), from the stage's sv once it has landed. It writes the prefix maxima of sv over the
+// tile, pm = kRescaleP for the rows whose maxima stay within the lazy reference's threshold),
+// from the stage's sv once it has landed. It writes the prefix maxima of sv over the
 // tile's keys inside the document (a row's Y is the entry of its last visible key), sigma of
 // the whole tile and svn = sv * (1 / sigma) in the consumers' order, then arrives on the
 // stage's `ready` barrier. Keys past the document enter no maximum (they are no row's
@@ -171,7 +172,8 @@ __device__ __forceinline__ void key_scales(uint8_t* smem, uint32_t base, int lan
     const int last = min(valid, P::kBlockN) - 1;
     const float mine = (last & 3) == 0 ? y[0] : (last & 3) == 1 ? y[1] : (last & 3) == 2 ? y[2] : y[3];
     const float yt = __shfl_sync(0xffffffffu, mine, last >> 2);  // Y of a row that sees the whole tile
-    const float sigma = fmt::pow2_scale_e4m3(yt), inv = fmt::pow2_reciprocal(sigma);
+    // pm = kRescaleP (the rows' maxima within the lazy reference's threshold): exact, a power of two.
+    const float sigma = fmt::pow2_scale_e4m3(__fmul_rn(kRescaleP, yt)), inv = fmt::pow2_reciprocal(sigma);
     float* svn = reinterpret_cast<float*>(st + P::kSvn);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {

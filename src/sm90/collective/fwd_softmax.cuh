@@ -9,6 +9,12 @@
 // specification, and max_j S_j = sq[i] * max_j t_j. P's scale follows from the keys' V scales
 // (the key rule), so no maximum over the scores' p is taken. Masked entries are selected away
 // before any maximum, so nothing masked (not even a NaN scale) reaches a result.
+//
+// P is taken against a lazy reference mc (ALGORITHM.md §2 steps 2-3): it moves to the row's
+// maximum only on the row's first tile or when the maximum passes it by more than
+// kRescaleLog2. So an unmasked tile's p do not wait for its maximum: softmax_tile_lazy forms
+// them against the reference it has, with the tile's maximum alongside, and only if a row of
+// the warp had to move (rare after a row's first tile) takes the tile again from its t.
 #pragma once
 
 #include <cmath>
@@ -29,9 +35,14 @@ constexpr int kKeySteps = tiles::kFwdBlockN / 32;  // k32 steps of P·V over a k
 
 struct RowState {
   float m[2] = {-INFINITY, -INFINITY};  // running max of S (NaN-propagating)
-  float mc[2] = {0.0f, 0.0f};           // m * c of the last tile
+  float mc[2] = {0.0f, 0.0f};           // the reference p is taken against: m * c when it last moved
   float l[2] = {0.0f, 0.0f};            // running sum of p
 };
+
+// The lazy reference's threshold (common/tiles.h): p <= 2^kRescaleLog2 = kRescaleP, and P's
+// scale of a tile's rows is pow2_scale(kRescaleP * Y) while their maxima stay within it.
+constexpr float kRescaleLog2 = float(tiles::kFwdRescaleLog2);
+constexpr float kRescaleP = float(1 << tiles::kFwdRescaleLog2);
 
 // What one key tile hands to its P·V product: the FP8 A operand, P's per-row scale sigma and
 // the factor alpha that rescales the rows' earlier accumulation.
@@ -59,15 +70,11 @@ struct KeyScales {
   float sigma;
 };
 
-// For pm in (0.875, 1.75], pow2_scale(pm * Y) = pow2_scale(Y) for every Y a power of two
-// (pow2_scale maps 2^y to 2^(y - 8), 448 = 1.75 * 2^8), so the row's sigma is the tile's.
-// pm = exp2(e) with e = fmaf(m, c, -fl(m c)), the rounding error of m c: |e| <= 2^-4 for
-// |m c| < 2^21. The test reads e itself, so that the choice does not wait for an exp behind
-// the other warps' exps on the exp unit: e in [-1/8, 1/2] puts ex2(e) in [0.917, 1.415]
-// (ex2.approx is within 2^-21 relative), inside the interval; rows outside it (|m c| >= 2^21,
-// NaN: no visible key yet) take the row's own sigma, which is the same value wherever pm is
-// in the interval, so the test chooses only the path, never the result.
-__device__ __forceinline__ bool keeps_tile_sigma(float e) { return e >= -0.125f && e <= 0.5f; }
+// P's scale of a row: sigma = pow2_scale(pm * Y), pm = kRescaleP wherever e = fmaf(m, c, -mc)
+// <= kRescaleLog2 (every row but one whose maximum is huge, |m c| >= 2^24 or so, or NaN: there
+// pm = exp2(e)), Y the largest V scale of its visible keys. Rows that see the whole tile and
+// keep pm = kRescaleP share the tile's sigma (the key-scale warp's, fwd_producer.cuh).
+__device__ __forceinline__ bool keeps_tile_sigma(float e) { return e <= kRescaleLog2; }
 
 // A masked tile's columns from 32 kSteps on are hidden from every row of the warp (its rows
 // end before them: the causal diagonal, or the document does); they are not visited, and
@@ -116,6 +123,78 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
 // first row, n0: the tile's first key, both document-local. Masks per element only when kMask;
 // kSteps < kKeySteps only for a masked tile whose later columns no row of the warp sees.
 // phases: the phase clocks' two marks inside (kit/phase_trace.cuh; trace::Off: none).
+//
+// The tile from its t = s * sk (in s) and the chains of their row maxima: the rows' new maxima,
+// the lazy reference (§2 steps 2-3), alpha, P's scale, p and their sums, P8.
+template <bool kMask, int kSteps, class Trace>
+__device__ __forceinline__ void softmax_from_maxima(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
+                                                    const float (&sqc)[2], const DocMask& mask, int i0, int n0,
+                                                    float c, RowState& st, TileP& out, const float (&tmax)[2][kChains],
+                                                    const int (&seen)[2], Trace& phases) {
+  float pm_log2[2];  // log2 of the tile's largest p against the reference
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float tile_max = tmax[r][0];
+#pragma unroll
+    for (int k = 1; k < kChains; ++k) tile_max = ptx::max_nan(tile_max, tmax[r][k]);
+    const float m_new = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tile_max), sq[r]));
+    const bool first = st.m[r] == -INFINITY;
+    // The reference moves on the row's first tile or when m_new passes it by more than the
+    // threshold (NaN moves it); else alpha = 1 and nothing earlier is rescaled.
+    const bool moves = first || !(__fmaf_rn(m_new, c, -st.mc[r]) <= kRescaleLog2);
+    const float mc_new = moves ? __fmul_rn(m_new, c) : st.mc[r];
+    out.alpha[r] = first ? 0.0f : moves ? ptx::ex2(__fsub_rn(st.mc[r], mc_new)) : 1.0f;
+    pm_log2[r] = __fmaf_rn(m_new, c, -mc_new);
+    st.m[r] = m_new;
+    st.mc[r] = mc_new;
+  }
+  phases.mark(trace::kMaximaDone);
+  // P's scale (ALGORITHM.md §2 step 5): sigma = pow2_scale(pm * Y), Y the maximum of sv over
+  // the row's visible keys of the tile; for rows that see the whole tile, the tile's.
+  float sum[2][kChains];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int k = 0; k < kChains; ++k) sum[r][k] = 0.0f;
+  float inv[2];
+  if (!kMask && __all_sync(0xffffffffu, keeps_tile_sigma(pm_log2[0]) && keeps_tile_sigma(pm_log2[1]))) {
+    out.sigma[0] = out.sigma[1] = ks.sigma;
+    inv[0] = inv[1] = 1.0f;
+    probabilities<kMask, true, kSteps>(s, ks, sqc, inv, st, seen, sum);
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = i0 + 8 * r;
+      const int last = (mask.causal ? min(i, mask.len - 1) : mask.len - 1) - n0;  // >= 0: the tile is visited
+      const float y = ks.ypre[min(max(last, 0), tiles::kFwdBlockN - 1)];
+      const float pm = keeps_tile_sigma(pm_log2[r]) ? kRescaleP : ptx::ex2(pm_log2[r]);
+      out.sigma[r] = fmt::pow2_scale_e4m3(__fmul_rn(pm, y));
+      inv[r] = fmt::pow2_reciprocal(out.sigma[r]);
+    }
+    probabilities<kMask, false, kSteps>(s, ks, sqc, inv, st, seen, sum);
+  }
+  phases.mark(trace::kExpsDone);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float row_sum = sum[r][0];
+#pragma unroll
+    for (int k = 1; k < kChains; ++k) row_sum = __fadd_rn(row_sum, sum[r][k]);
+    st.l[r] = __fadd_rn(__fmul_rn(st.l[r], out.alpha[r]), quad_sum(row_sum));
+  }
+  // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
+  // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
+#pragma unroll
+  for (int kk = 0; kk < kKeySteps; ++kk)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int n = 4 * kk + 2 * h;
+        out.p8[kk][2 * h + r] = ptx::pack_e4m3x4(s[n][2 * r], s[n][2 * r + 1], s[n + 1][2 * r], s[n + 1][2 * r + 1]);
+      }
+}
+
+// A tile with its maximum first: a masked tile, or a row's first (its reference is not set).
 template <bool kMask, int kSteps = kKeySteps, class Trace>
 __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
@@ -142,64 +221,79 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float& m = tmax[e >> 1][(2 * n + (e & 1)) % kChains];
     m = ptx::max_nan(m, t);
   });
-  float pm_log2[2];  // log2 of the tile's largest p: the rounding error of m c
+  softmax_from_maxima<kMask, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, seen, phases);
+}
+
+// An unmasked tile after a row's first: one pass forms t, the maxima's chains and, against
+// the reference the rows have, p, their sums and P8 with the tile's sigma — none of it waits
+// for the maximum. Then, if every row of the warp keeps its reference (alpha = 1: the same
+// bits as the specification's step), that is the tile; else the tile is taken again from its
+// t (left in s) with the maxima first. Returns whether the rows' earlier accumulation is to
+// be rescaled by out.alpha (warp-uniform).
+template <class Trace>
+__device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
+                                                  const float (&sqc)[2], const DocMask& mask, int i0, int n0,
+                                                  float c, RowState& st, TileP& out, Trace& phases) {
+  float tmax[2][kChains], sum[2][kChains];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int k = 0; k < kChains; ++k) tmax[r][k] = -INFINITY, sum[r][k] = 0.0f;
+  // As for_each_score: one float4 of sk and one of svn serve n8-tiles 2 n2 and 2 n2 + 1.
+  const float4* sk4 = reinterpret_cast<const float4*>(ks.sk) + (lane_id() & 3);
+  const float4* svn4 = reinterpret_cast<const float4*>(ks.svn) + (lane_id() & 3);
+#pragma unroll
+  for (int n2 = 0; n2 < 2 * kKeySteps; ++n2) {
+    const float4 a4 = sk4[4 * n2], b4 = svn4[4 * n2];
+    const float skv[4] = {a4.x, a4.y, a4.z, a4.w}, svv[4] = {b4.x, b4.y, b4.z, b4.w};
+    float x[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = 2 * n2 + h, r = e >> 1, k = (2 * n + (e & 1)) % kChains;
+        const float t = __fmul_rn(s[n][e], skv[2 * h + (e & 1)]);
+        s[n][e] = t;
+        tmax[r][k] = ptx::max_nan(tmax[r][k], t);
+        const float p = ptx::ex2(__fmaf_rn(t, sqc[r], -st.mc[r]));
+        sum[r][k] = __fadd_rn(sum[r][k], p);
+        x[h][e] = __fmul_rn(p, svv[2 * h + (e & 1)]);
+      }
+    // n8-tiles 2 n2 and 2 n2 + 1 are k32 step n2 / 2, 16-key group half n2 % 2 (as the pack in
+    // softmax_from_maxima).
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      out.p8[n2 / 2][2 * (n2 % 2) + r] = ptx::pack_e4m3x4(x[0][2 * r], x[0][2 * r + 1], x[1][2 * r], x[1][2 * r + 1]);
+  }
+  bool keeps = true;
+  float m_new[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float tile_max = tmax[r][0];
 #pragma unroll
     for (int k = 1; k < kChains; ++k) tile_max = ptx::max_nan(tile_max, tmax[r][k]);
-    const float m_new = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tile_max), sq[r]));
-    const float mc_new = __fmul_rn(m_new, c);
-    // mc_prev = fl(m_prev c), recomputed rather than kept (one register pair fewer in the loop).
-    out.alpha[r] = st.m[r] == -INFINITY ? 0.0f : ptx::ex2(__fsub_rn(__fmul_rn(st.m[r], c), mc_new));  // 1 if m stayed
-    pm_log2[r] = __fmaf_rn(m_new, c, -mc_new);
-    st.m[r] = m_new;
-    st.mc[r] = mc_new;
+    m_new[r] = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tile_max), sq[r]));
+    keeps = keeps && st.m[r] != -INFINITY && __fmaf_rn(m_new[r], c, -st.mc[r]) <= kRescaleLog2;
   }
   phases.mark(trace::kMaximaDone);
-  // P's scale (ALGORITHM.md §2 step 5): sigma = pow2_scale(pm * Y), Y the maximum of sv over
-  // the row's visible keys of the tile; for rows that see the whole tile, the tile's.
-  float sum[2][kChains];
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int k = 0; k < kChains; ++k) sum[r][k] = 0.0f;
-  float inv[2];
-  if (!kMask && __all_sync(0xffffffffu, keeps_tile_sigma(pm_log2[0]) && keeps_tile_sigma(pm_log2[1]))) {
-    out.sigma[0] = out.sigma[1] = ks.sigma;
-    inv[0] = inv[1] = 1.0f;
-    probabilities<kMask, true, kSteps>(s, ks, sqc, inv, st, seen, sum);
-  } else {
+  if (__all_sync(0xffffffffu, keeps)) {
+    // pm <= kRescaleP for every row: P's scale is the tile's (keeps_tile_sigma).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int i = i0 + 8 * r;
-      const int last = (mask.causal ? min(i, mask.len - 1) : mask.len - 1) - n0;  // >= 0: the tile is visited
-      const float y = ks.ypre[min(max(last, 0), tiles::kFwdBlockN - 1)];
-      const float pm = ptx::ex2(pm_log2[r]);  // the largest p of the tile
-      out.sigma[r] = fmt::pow2_scale_e4m3(__fmul_rn(pm, y));
-      inv[r] = fmt::pow2_reciprocal(out.sigma[r]);
+      float row_sum = sum[r][0];
+#pragma unroll
+      for (int k = 1; k < kChains; ++k) row_sum = __fadd_rn(row_sum, sum[r][k]);
+      st.m[r] = m_new[r];
+      st.l[r] = __fadd_rn(st.l[r], quad_sum(row_sum));  // l * 1 + sum
+      out.sigma[r] = ks.sigma;
+      out.alpha[r] = 1.0f;
     }
-    probabilities<kMask, false, kSteps>(s, ks, sqc, inv, st, seen, sum);
+    phases.mark(trace::kExpsDone);
+    return false;
   }
-  phases.mark(trace::kExpsDone);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float row_sum = sum[r][0];
-#pragma unroll
-    for (int k = 1; k < kChains; ++k) row_sum = __fadd_rn(row_sum, sum[r][k]);
-    st.l[r] = __fadd_rn(__fmul_rn(st.l[r], out.alpha[r]), quad_sum(row_sum));
-  }
-  // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
-  // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
-#pragma unroll
-  for (int kk = 0; kk < kKeySteps; ++kk)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int n = 4 * kk + 2 * h;
-        out.p8[kk][2 * h + r] = ptx::pack_e4m3x4(s[n][2 * r], s[n][2 * r + 1], s[n + 1][2 * r], s[n + 1][2 * r + 1]);
-      }
+  const int seen[2] = {0, 0};
+  softmax_from_maxima<false, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, seen, phases);
+  return true;
 }
 
 // The key steps a masked tile needs for a warp: up to the last column any of its 16 rows
