@@ -153,21 +153,20 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       const int last_row = m0 + 16 * warp + 15;
       const int steps = masked_key_steps(mask, last_row, n0);
       if (__shfl_sync(0xffffffffu, steps, 0) <= kKeySteps / 2)
-        softmax_tile<true, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+        rescale = softmax_tile<true, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
       else
-        softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
-      rescale = true;
+        rescale = softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     } else if (n == 0 || !P::kSpeculativeSoftmax) {
-      softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
-      rescale = n > 0;
+      rescale = softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     } else {
       rescale = softmax_tile_lazy(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     }
     // acc holds the rows' tiles before n, folded (the fold of n - 1 is done): a moved reference
     // rescales it here, so that the fold is one FFMA an element. alpha is 1 for the rows that
     // kept theirs (acc * 1 == acc, the same bits). The item's first tile has no earlier
-    // accumulation (its fold writes or adds onto zeros).
-    if (rescale && n > 0) {
+    // accumulation (its fold writes or adds onto zeros). At D = 64 every later tile rescales:
+    // the vote's flag live across the softmax spilled O's registers in the loop there.
+    if ((rescale || !P::kSpeculativeSoftmax) && n > 0) {
 #pragma unroll
       for (int d = 0; d < D / 8; ++d)
 #pragma unroll

@@ -127,11 +127,12 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
 // The tile from its t = s * sk (in s) and the chains of their row maxima: the rows' new maxima,
 // the lazy reference (§2 steps 2-3), alpha, P's scale, p and their sums, P8.
 template <bool kMask, int kSteps, class Trace>
-__device__ __forceinline__ void softmax_from_maxima(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
+__device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                                     const float (&sqc)[2], const DocMask& mask, int i0, int n0,
                                                     float c, RowState& st, TileP& out, const float (&tmax)[2][kChains],
                                                     const int (&seen)[2], Trace& phases) {
   float pm_log2[2];  // log2 of the tile's largest p against the reference
+  bool moved = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float tile_max = tmax[r][0];
@@ -143,6 +144,7 @@ __device__ __forceinline__ void softmax_from_maxima(ScoreTile& s, const KeyScale
     // threshold (NaN moves it); else alpha = 1 and nothing earlier is rescaled.
     const bool moves = first || !(__fmaf_rn(m_new, c, -st.mc[r]) <= kRescaleLog2);
     const float mc_new = moves ? __fmul_rn(m_new, c) : st.mc[r];
+    moved = moved || moves;
     out.alpha[r] = first ? 0.0f : moves ? ptx::ex2(__fsub_rn(st.mc[r], mc_new)) : 1.0f;
     pm_log2[r] = __fmaf_rn(m_new, c, -mc_new);
     st.m[r] = m_new;
@@ -192,11 +194,14 @@ __device__ __forceinline__ void softmax_from_maxima(ScoreTile& s, const KeyScale
         const int n = 4 * kk + 2 * h;
         out.p8[kk][2 * h + r] = ptx::pack_e4m3x4(s[n][2 * r], s[n][2 * r + 1], s[n + 1][2 * r], s[n + 1][2 * r + 1]);
       }
+  return __any_sync(0xffffffffu, moved);
 }
 
 // A tile with its maximum first: a masked tile, or a row's first (its reference is not set).
+// Returns whether a row of the warp moved its reference (warp-uniform): else alpha is 1 for
+// every row and the earlier accumulation stays as it is.
 template <bool kMask, int kSteps = kKeySteps, class Trace>
-__device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
+__device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
                                              RowState& st, TileP& out, Trace& phases) {
   int seen[2] = {0, 0};
@@ -221,7 +226,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float& m = tmax[e >> 1][(2 * n + (e & 1)) % kChains];
     m = ptx::max_nan(m, t);
   });
-  softmax_from_maxima<kMask, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, seen, phases);
+  return softmax_from_maxima<kMask, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, seen, phases);
 }
 
 // An unmasked tile after a row's first: one pass forms t, the maxima's chains and, against
@@ -229,7 +234,7 @@ __device__ __forceinline__ void softmax_tile(ScoreTile& s, const KeyScales& ks, 
 // for the maximum. Then, if every row of the warp keeps its reference (alpha = 1: the same
 // bits as the specification's step), that is the tile; else the tile is taken again from its
 // t (left in s) with the maxima first. Returns whether the rows' earlier accumulation is to
-// be rescaled by out.alpha (warp-uniform).
+// be rescaled by out.alpha (warp-uniform; only where a reference moved).
 template <class Trace>
 __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                                   const float (&sqc)[2], const DocMask& mask, int i0, int n0,
@@ -275,8 +280,9 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
     m_new[r] = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tile_max), sq[r]));
     keeps = keeps && st.m[r] != -INFINITY && __fmaf_rn(m_new[r], c, -st.mc[r]) <= kRescaleLog2;
   }
-  phases.mark(trace::kMaximaDone);
   if (__all_sync(0xffffffffu, keeps)) {
+    // The phase clocks: the one pass counts as the maxima, the exps' phase as empty.
+    phases.mark(trace::kMaximaDone);
     // pm <= kRescaleP for every row: P's scale is the tile's (keeps_tile_sigma).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -292,8 +298,7 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
     return false;
   }
   const int seen[2] = {0, 0};
-  softmax_from_maxima<false, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, seen, phases);
-  return true;
+  return softmax_from_maxima<false, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, seen, phases);
 }
 
 // The key steps a masked tile needs for a warp: up to the last column any of its 16 rows
