@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -16,8 +17,9 @@
 namespace flamia_gpu_test {
 namespace {
 
-// stored: the call takes the stored dS (its tiles lie past the plain workspace).
-void expect_graph_replay_bitwise(const Case& c, uint64_t seed, bool stored) {
+// stored: the call takes the stored dS (its tiles lie past the plain workspace); overlap_on:
+// FLAMIA_PDL is not 0.
+void expect_graph_replay_bitwise(const Case& c, uint64_t seed, bool stored, bool overlap_on) {
   const Inputs in = make_inputs(c, seed);
   GpuRunner r(c);
   FwdResult f;
@@ -33,9 +35,19 @@ void expect_graph_replay_bitwise(const Case& c, uint64_t seed, bool stored) {
                                            r.dv_view());
   ASSERT_EQ(cudaStreamEndCapture(r.stream(), &graph), cudaSuccess);
   ASSERT_EQ(st, FLAMIA_SUCCESS) << flamia_last_error();
+  // With the overlap on, the passes after the first hang on programmatic edges; off, on none.
+  size_t edges = 0;
+  ASSERT_EQ(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges), cudaSuccess);
+  std::vector<cudaGraphNode_t> from(edges), to(edges);
+  std::vector<cudaGraphEdgeData> data(edges);
+  ASSERT_EQ(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges), cudaSuccess);
+  int programmatic = 0;
+  for (const cudaGraphEdgeData& e : data) programmatic += e.type == cudaGraphDependencyTypeProgrammatic;
+  if (overlap_on) EXPECT_GT(programmatic, 0) << "no programmatic edge in the captured backward";
+  else EXPECT_EQ(programmatic, 0) << "programmatic edges with FLAMIA_PDL=0";
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  // Gradients and workspace poisoned, then two replays (the second over the first's results).
+  // Two replays, each on poisoned gradients and workspace.
   for (int replay = 0; replay < 2; ++replay) {
     for (const flamia_tensor& t : {r.dq_view(), r.dk_view(), r.dv_view()})
       ASSERT_EQ(cudaMemsetAsync(t.data, 0xFF, size_t(t.shape[0]) * t.shape[1] * t.shape[2] * 2, r.stream()),
@@ -71,10 +83,10 @@ TEST(GraphCapture, ReplayedBackwardGivesTheEagerBits) {
     {
       // The stored dS in slabs of one kv head (four slabs of GEMM and dK/dV launches).
       ScopedEnv budget("FLAMIA_BWD_DS_MIB", "1");
-      expect_graph_replay_bitwise(make(FLAMIA_RECIPE_FP8_MIXED, 128), 61, true);
+      expect_graph_replay_bitwise(make(FLAMIA_RECIPE_FP8_MIXED, 128), 61, true, pdl == nullptr);
     }
-    expect_graph_replay_bitwise(make(FLAMIA_RECIPE_FP8, 128), 62, false);
-    expect_graph_replay_bitwise(make(FLAMIA_RECIPE_FP8_MIXED, 64), 63, false);
+    expect_graph_replay_bitwise(make(FLAMIA_RECIPE_FP8, 128), 62, false, pdl == nullptr);
+    expect_graph_replay_bitwise(make(FLAMIA_RECIPE_FP8_MIXED, 64), 63, false, pdl == nullptr);
   }
 }
 

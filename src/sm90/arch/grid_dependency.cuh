@@ -14,7 +14,8 @@
 //    wait;
 //  - every CTA calls wait_for_prior_grids() before it exits, on every path, so that a kernel
 //    completes only after the one before it (stream order holds for whatever follows).
-// Both are no-ops in a kernel launched without the attribute.
+// wait_for_prior_grids() is a no-op in a kernel launched without the attribute;
+// allow_dependents() matters wherever the next launch has it, whatever this one's launch.
 #pragma once
 
 namespace flamia {

@@ -682,7 +682,8 @@ cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
       <<<unsigned(int64_t(dkdv_list(a, SK::kWarpgroups).capacity) * a.hkv), SK::kCtaThreads, kDkdvSmem, stream>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  // The dQ pass shares no data with the dK/dV pass: it may fill that pass's last wave.
+  // The dQ pass writes nothing the dK/dV pass reads or writes, nor reads what it writes: it
+  // may fill that pass's last wave.
   return launch_kernel(dq_kernel<D, kMixed>, unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream,
                        true, a);
 }

@@ -20,7 +20,8 @@ inline bool overlapped_launches_enabled() {
 
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to start before the previous
 // kernel in the stream completes when `overlap` (and FLAMIA_PDL is not 0). Returns the
-// launch's error.
+// launch's error, and clears it from the thread's last error as `<<<>>>` followed by
+// cudaGetLastError did (a caller's later launch check must not report it).
 template <class... Params, class... Args>
 cudaError_t launch_kernel(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem, cudaStream_t stream,
                           bool overlap, Args&&... args) {
@@ -35,7 +36,9 @@ cudaError_t launch_kernel(void (*kernel)(Params...), unsigned grid, unsigned blo
   const bool on = overlap && overlapped_launches_enabled();
   cfg.attrs = on ? &attr : nullptr;
   cfg.numAttrs = on ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) (void)cudaGetLastError();
+  return err;
 }
 
 }  // namespace sm90
