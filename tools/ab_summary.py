@@ -6,7 +6,8 @@
 
 Each file is named bench_<tree>_round<k>.json. Per workload, recipe and phase it prints every
 tree's times over the rounds, their median, and the median's change against the first tree
-named on the command line (the reference). --bundle writes all runs into one JSON
+named on the command line (the reference), marked where every round of the tree lies below
+(or above) every round of the reference. --bundle writes all runs into one JSON
 ({"what": ..., "runs": {"<tree>_round<k>": <flamia_bench JSON>}}), the form kept under
 docs/bench/runs/. Standard library only.
 """
@@ -51,6 +52,18 @@ def times(runs: Runs, tree: str, phase: str) -> Dict[Tuple[str, str], List[float
     return out
 
 
+def apart(xs: List[float], ref: List[float]) -> str:
+    """Whether every round of a tree lies below (or above) every round of the reference: with
+    rounds alternated in one job, the plainest sign that a change of a percent or two is not
+    the spread between rounds."""
+    if len(xs) > 1 and len(ref) > 1:
+        if max(xs) < min(ref):
+            return " (every round below)"
+        if min(xs) > max(ref):
+            return " (every round above)"
+    return ""
+
+
 def table(order: List[str], runs: Runs, phases: List[str]) -> str:
     ref = order[0]
     head = ["workload", "recipe", "phase"] + [f"{t} ms" for t in order] + [f"{t} vs {ref}" for t in order[1:]]
@@ -62,7 +75,8 @@ def table(order: List[str], runs: Runs, phases: List[str]) -> str:
             med = {t: statistics.median(per_tree[t][key]) for t in order}
             cells = [key[0], key[1], phase]
             cells += [" / ".join(f"{x:.3f}" for x in per_tree[t][key]) + f" (median {med[t]:.3f})" for t in order]
-            cells += [f"{100.0 * (med[t] / med[ref] - 1.0):+.1f} %" for t in order[1:]]
+            cells += [f"{100.0 * (med[t] / med[ref] - 1.0):+.1f} %" + apart(per_tree[t][key], per_tree[ref][key])
+                      for t in order[1:]]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
