@@ -44,8 +44,20 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// A tile's per-key values come from shared memory as in the kernel (fwd_softmax.cuh's
-// for_each_score: one 16-byte load serves 8 of a lane's scores).
+// f(j, e, v) for the lane's scores j = 8 n2 + e, v the per-key value of j's column, from
+// shared memory as in the kernel (fwd_softmax.cuh's for_each_score: one 16-byte load serves 8
+// of a lane's scores).
+template <class F>
+__device__ __forceinline__ void for_each_key(const float4* key4, F f) {
+#pragma unroll
+  for (int n2 = 0; n2 < 8; ++n2) {
+    const float4 v4 = key4[4 * n2];
+    const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f(8 * n2 + e, e, vv[2 * (e >> 2) + (e & 1)]);
+  }
+}
+
 template <int kWarpsPerScheduler>
 __global__ void __launch_bounds__(128 * kWarpsPerScheduler, 1)
     mix_kernel(const float* __restrict__ keys, int tiles, float c, unsigned long long* __restrict__ cycles,
@@ -73,19 +85,12 @@ __global__ void __launch_bounds__(128 * kWarpsPerScheduler, 1)
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int k = 0; k < kChains; ++k) tmax[r][k] = -INFINITY;
-#pragma unroll
-    for (int n2 = 0; n2 < 8; ++n2) {
-      const float4 v4 = sk4[4 * n2];
-      const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int j = 8 * n2 + e;
-        const float t = __fmul_rn(s[j], vv[2 * (e >> 2) + (e & 1)]);
-        s[j] = t;
-        float& mm = tmax[(e >> 1) & 1][(j >> 2) % kChains];
-        mm = ptx::max_nan(mm, t);
-      }
-    }
+    for_each_key(sk4, [&](int j, int e, float sk) {
+      const float t = __fmul_rn(s[j], sk);
+      s[j] = t;
+      float& mm = tmax[(e >> 1) & 1][(j >> 2) % kChains];
+      mm = ptx::max_nan(mm, t);
+    });
     float mc[2], alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -102,18 +107,12 @@ __global__ void __launch_bounds__(128 * kWarpsPerScheduler, 1)
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int k = 0; k < kChains; ++k) sum[r][k] = 0.0f;
-#pragma unroll
-    for (int n2 = 0; n2 < 8; ++n2) {
-      const float4 v4 = svn4[4 * n2];
-      const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int j = 8 * n2 + e, r = (e >> 1) & 1;
-        const float p = ptx::ex2(__fmaf_rn(s[j], sqc[r], -mc[r]));
-        sum[r][(j >> 2) % kChains] = __fadd_rn(sum[r][(j >> 2) % kChains], p);
-        s[j] = __fmul_rn(p, vv[2 * (e >> 2) + (e & 1)]);
-      }
-    }
+    for_each_key(svn4, [&](int j, int e, float svn) {
+      const int r = (e >> 1) & 1;
+      const float p = ptx::ex2(__fmaf_rn(s[j], sqc[r], -mc[r]));
+      sum[r][(j >> 2) % kChains] = __fadd_rn(sum[r][(j >> 2) % kChains], p);
+      s[j] = __fmul_rn(p, svn);
+    });
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float rs = sum[r][0];

@@ -92,3 +92,12 @@ def test_runs_on_current_stream():
         out = flamia.attention(q, k, v, cu, 384)
     torch.cuda.current_stream().wait_stream(s)
     assert torch.equal(out, ref)
+    # Equal values alone would also come from work on another stream; a CUDA graph captured on
+    # s fails if any of the call's work goes elsewhere (the legacy stream, say), and its replay
+    # gives the same bits.
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        captured = flamia.attention(q, k, v, cu, 384)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, ref)

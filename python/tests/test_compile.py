@@ -61,9 +61,32 @@ def test_compile_has_no_graph_break():
 
 
 def test_inference_mode_forward_only():
-    # Without grad the forward sizes a forward-only qkv8 buffer; results are the same.
+    # Without grad the forward sizes a forward-only qkv8 buffer (smaller: no backward regions);
+    # results are the same.
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from flamia import _lib
+
+    class QkvSizes(TorchDispatchMode):
+        """The size of the qkv8 buffer each flamia::fwd call returns."""
+
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.name().startswith("flamia::fwd"):
+                self.sizes.append(out[2].numel())
+            return out
+
     q, k, v, _, cu = make_pack([64, 192], 4, 4, 64, seed=8)
-    with torch.no_grad():
-        a = flamia.attention(q, k, v, cu, 192)
-    b = flamia.attention(q.detach().requires_grad_(), k, v, cu, 192)
-    assert torch.equal(a, b.detach())
+    sizes = {}
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad), QkvSizes() as rec:
+            out = flamia.attention(q.detach().requires_grad_(grad), k, v, cu, 192)
+        assert len(rec.sizes) == 1
+        sizes[grad] = (rec.sizes[0], out.detach())
+    rid = _lib.recipe_id("fp8")
+    assert sizes[False][0] == _lib.get().qkv8_bytes(256, 2, 4, 4, 64, rid, False)
+    assert sizes[True][0] == _lib.get().qkv8_bytes(256, 2, 4, 4, 64, rid, True) > sizes[False][0]
+    assert torch.equal(sizes[False][1], sizes[True][1])

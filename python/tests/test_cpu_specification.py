@@ -102,7 +102,16 @@ def test_backward_allocates_no_zero_gradient_for_the_saved_state(recipe):
     qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
     nbytes = _lib.get().qkv8_bytes(512, 2, 2, 2, 64, _lib.recipe_id(recipe), True)
     out = flamia.attention(qr, kr, vr, cu, 300, recipe=recipe)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        torch.autograd.grad(out, (qr, kr, vr), dout)
-    zeros = [e.cpu_memory_usage for e in prof.events() if e.name in ("aten::zeros", "aten::zeros_like")]
+    def zero_fills(fn):
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+        events = prof.events()
+        return ([e.cpu_memory_usage for e in events if e.name in ("aten::zeros", "aten::zeros_like", "aten::new_zeros")],
+                {e.name for e in events})
+
+    zeros, names = zero_fills(lambda: torch.autograd.grad(out, (qr, kr, vr), dout))
+    assert "flamia::bwd" in names, "the profile did not see flamia's backward"
     assert all(m < nbytes // 2 for m in zeros), (zeros, nbytes)
+    # The check sees such a tensor where one is made (else the assertion above says nothing).
+    control, _ = zero_fills(lambda: torch.zeros(nbytes, dtype=torch.uint8))
+    assert any(m >= nbytes // 2 for m in control), control

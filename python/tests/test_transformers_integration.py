@@ -386,7 +386,7 @@ def test_model_padded_matches_sdpa(hf, reference, family, side):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_model_document_isolation_and_gradients(hf, reference, family):
+def test_model_document_isolation_and_finite_gradients(hf, reference, family):
     _, ours = model_pair(hf, family)
     ours.train()
     docs = documents([40, 30, 25], seed=3)

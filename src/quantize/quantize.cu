@@ -3,7 +3,7 @@
 // in fragment order (layout.cuh), per-(token, head) scales — and, for dO, D = rowsum(dO*O).
 // For recipe fp8_mixed it also raises a flag word when a row is not finite: that backward
 // reads the BF16 rows themselves and must then zero such rows (layout.cuh).
-// quantize_qkv also builds the work lists (work_list.cuh) in blocks 0 and 1 of the same grid.
+// quantize_qkv also builds the work lists (work_list.cuh) in block 0 of the same grid.
 //
 // Work unit: one warp per 16-token group of the padded token axis of one head; a block takes
 // 8 consecutive groups (128 padded positions) of one head. A group maps to one document (or

@@ -24,8 +24,9 @@
 // |diff| 1e-4 .. 6e-4, O rel L2 0.0016 .. 0.0024 (86 .. 92 % bitwise equal), at 90 % of the
 // chained speed: one k32 step already rounds below FP32, so promotion narrows the gap but
 // does not close it.
-// The chained kernel is the default forward: its S is the backward's S bit for bit (the
-// same instruction sequence, scores_wgmma.cuh), so the backward's P = exp2(S c - lse2)
+// The chained kernel (FLAMIA_FORWARD_KERNEL=wgmma_chained; the default forward is
+// kernels/forward_fast.cu) computes S as the backward does, bit for bit (the same instruction
+// sequence, scores_wgmma.cuh), so the backward's P = exp2(S c - lse2)
 // never exceeds 1 beyond the FP32 rounding of LSE, also at logits ~1e6, where an S rounded
 // differently overflows exp2 and makes the gradients Inf. The promoted kernel rounds S
 // differently from the backward and stays selectable for comparison only (forward.cu).

@@ -1,4 +1,5 @@
-// Longest-first work list over the 64-token tiles of a packed batch.
+// Longest-first work lists over the tiles of a packed batch (64-, 128- and 192-token tiles:
+// quantize/layout.cuh says which kernels walk which).
 //
 // One item = (document b, tile t). Items are sorted by decreasing cost so that the most
 // expensive CTAs start first and the cheap ones fill the tail of the grid:
@@ -8,8 +9,9 @@
 // the quantizer's launch (quantize/work_list.cuh) and stored in the qkv8 buffer next to the
 // operands it schedules.
 //
-// Kernels launch one CTA per (item slot, head), a GQA group's query heads side by side (K/V
-// reuse in L2); the backward's in blocks of kv heads (common/work_order.h). Slots past the real item
+// The reference forwards and the backward launch one CTA per (item slot, head), a GQA group's
+// query heads side by side (K/V reuse in L2); the fast forward is persistent and takes items
+// from a counter; the backward's in blocks of kv heads (common/work_order.h). Slots past the real item
 // count (item_count) exit at once, and so does a CTA whose item has len == 0. After an
 // invalid cu_seqlens the count is 0 (quantize/guard.h): every kernel that walks the list
 // through item_count and doc_tile does no work, and a last kernel fills the outputs with NaN. The backward's dK/dV kernel reads item (b, t) of the 128-token list as key tile

@@ -234,13 +234,21 @@ TEST(Api, StridedInputViewsMatchDense) {
   EXPECT_EQ(dense.dv, strided.dv);
 }
 
+// Hkv = 1: the head strides of k, v and dk are never used to address memory; odd values are
+// accepted and give the dense call's bits.
 TEST(Api, StridesOfSizeOneDimsAreIgnored) {
-  HostCall c({20, 12}, 2, 1, 64, true);
-  c.args.k.strides[1] = 12345;  // Hkv = 1: never used to address memory
+  HostCall dense({20, 12}, 2, 1, 64, true), c({20, 12}, 2, 1, 64, true);
+  c.args.k.strides[1] = 12345;
   c.args.v.strides[1] = 0;
   c.dk_t.strides[1] = 7;
-  ASSERT_EQ(c.forward(), FLAMIA_SUCCESS) << flamia_last_error();
-  ASSERT_EQ(c.backward(), FLAMIA_SUCCESS) << flamia_last_error();
+  for (HostCall* x : {&dense, &c}) {
+    ASSERT_EQ(x->forward(), FLAMIA_SUCCESS) << flamia_last_error();
+    ASSERT_EQ(x->backward(), FLAMIA_SUCCESS) << flamia_last_error();
+  }
+  EXPECT_EQ(c.out, dense.out);
+  EXPECT_EQ(c.dq, dense.dq);
+  EXPECT_EQ(c.dk, dense.dk);
+  EXPECT_EQ(c.dv, dense.dv);
 }
 
 TEST(Api, EmptyPackSucceeds) {
@@ -251,10 +259,19 @@ TEST(Api, EmptyPackSucceeds) {
   EXPECT_TRUE(canaries_intact(c));
 }
 
+// max_seqlen only bounds the documents: a loose bound gives the tight one's bits.
 TEST(Api, MaxSeqlenMayBeAnUpperBound) {
-  HostCall c({20, 12}, 2, 1, 64, true);
+  HostCall tight({20, 12}, 2, 1, 64, true), c({20, 12}, 2, 1, 64, true);
   c.args.max_seqlen = 4096;
-  EXPECT_EQ(c.forward(), FLAMIA_SUCCESS) << flamia_last_error();
+  for (HostCall* x : {&tight, &c}) {
+    ASSERT_EQ(x->forward(), FLAMIA_SUCCESS) << flamia_last_error();
+    ASSERT_EQ(x->backward(), FLAMIA_SUCCESS) << flamia_last_error();
+  }
+  EXPECT_EQ(c.out, tight.out);
+  EXPECT_EQ(bits_of(c.lse, c.lse.size()), bits_of(tight.lse, tight.lse.size()));
+  EXPECT_EQ(c.dq, tight.dq);
+  EXPECT_EQ(c.dk, tight.dk);
+  EXPECT_EQ(c.dv, tight.dv);
 }
 
 TEST(Api, HostQuantizeIsAValidatedNoOp) {

@@ -1,5 +1,5 @@
 // Hostile cu_seqlens / max_seqlen (quantize/guard.h): the validation the device runs, as the
-// host runs it; the order in which faults are reported; the messages; the qkv8 fingerprint;
+// host runs it, against the rules written out on their own; the order in which faults are reported; the messages; the qkv8 fingerprint;
 // and flamia_check_errors where no device call has run.
 #include <gtest/gtest.h>
 
@@ -26,21 +26,34 @@ guard::DeviceError fault_of(const std::vector<int32_t>& cu, int64_t T, int max_s
   return find_cu_fault(cu.data(), int(cu.size()) - 1, T, max_seqlen, guard::kStageForward);
 }
 
-// The fault the device reports: per entry, then the smallest key (guard_block's reduction,
-// here in a shuffled order to show the result does not depend on it).
-guard::DeviceError device_order_fault(const std::vector<int32_t>& cu, int64_t T, int max_seqlen, uint64_t seed) {
+// The verdict the rules state (guard.h's list of faults, in its order), written without
+// entry_fault and the fault keys that the device (guard_block, an atomicMin over the entries)
+// and the host (find_cu_fault) reduce: the first entry if not 0; else the first decrease; else
+// the last entry if not T; else the first document longer than max_seqlen.
+guard::DeviceError rule_fault(const std::vector<int32_t>& cu, int64_t T, int max_seqlen) {
   const int64_t B = int64_t(cu.size()) - 1;
-  std::vector<int64_t> order(size_t(B + 1));
-  for (int64_t i = 0; i <= B; ++i) order[size_t(i)] = i;
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
-  uint64_t key = guard::kNoFaultKey;
-  for (int64_t i : order) {
-    const int32_t f = guard::entry_fault(cu.data(), i, B, T, max_seqlen);
-    if (f != guard::kNone) key = std::min(key, guard::fault_key(f, i));
+  guard::DeviceError e{};
+  if (cu[0] != 0) {
+    e.fault = guard::kCuFirstNotZero, e.index = 0, e.a = cu[0];
+    return e;
   }
-  if (key == guard::kNoFaultKey) return guard::DeviceError{};
-  return guard::make_error(guard::key_fault(key), guard::key_index(key), cu.data(), T, max_seqlen,
-                           guard::kStageForward);
+  for (int64_t i = 1; i <= B; ++i)
+    if (cu[size_t(i)] < cu[size_t(i - 1)]) {
+      e.fault = guard::kCuDecreasing, e.index = i, e.a = cu[size_t(i)], e.b = cu[size_t(i - 1)];
+      return e;
+    }
+  if (cu[size_t(B)] != T) {
+    e.fault = guard::kCuLastNotT, e.index = B, e.a = cu[size_t(B)], e.b = T;
+    return e;
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = int64_t(cu[size_t(b + 1)]) - cu[size_t(b)];
+    if (len > max_seqlen) {
+      e.fault = guard::kCuLongerThanMax, e.index = b, e.a = len, e.b = max_seqlen;
+      return e;
+    }
+  }
+  return e;
 }
 
 struct CuCase {
@@ -96,8 +109,9 @@ TEST(Guard, CuSeqlensFaults) {
   }
 }
 
-TEST(Guard, DeviceReductionOrderGivesTheHostAnswer) {
+TEST(Guard, KeyReductionGivesTheRulesVerdict) {
   std::mt19937_64 rng(7);
+  int faults = 0, valid = 0;
   for (int trial = 0; trial < 2000; ++trial) {
     const int B = 1 + int(rng() % 40);
     std::vector<int32_t> cu(size_t(B + 1));
@@ -109,15 +123,21 @@ TEST(Guard, DeviceReductionOrderGivesTheHostAnswer) {
     }
     const int64_t T = rng() % 4 == 0 ? int64_t(rng() % 3000) : cu.back();
     const int max_seqlen = 1 + int(rng() % 120);
-    const guard::DeviceError h = fault_of(cu, T, max_seqlen), d = device_order_fault(cu, T, max_seqlen, trial);
-    ASSERT_EQ(h.fault, d.fault) << "trial " << trial;
-    ASSERT_EQ(h.index, d.index) << "trial " << trial;
-    ASSERT_EQ(h.a, d.a);
-    ASSERT_EQ(h.b, d.b);
-    // A valid verdict implies what the kernels rely on: every document within [0, T].
-    if (h.fault == guard::kNone)
+    const guard::DeviceError got = fault_of(cu, T, max_seqlen), want = rule_fault(cu, T, max_seqlen);
+    ASSERT_EQ(got.fault, want.fault) << "trial " << trial;
+    if (want.fault == guard::kNone) {
+      // What the kernels rely on from a valid verdict: every document within [0, T].
       for (int b = 0; b < B; ++b) ASSERT_TRUE(0 <= cu[size_t(b)] && cu[size_t(b)] <= cu[size_t(b + 1)] && cu[size_t(b + 1)] <= T);
+      ++valid;
+      continue;
+    }
+    ++faults;
+    ASSERT_EQ(got.index, want.index) << "trial " << trial;
+    ASSERT_EQ(got.a, want.a) << "trial " << trial;
+    ASSERT_EQ(got.b, want.b) << "trial " << trial;
   }
+  EXPECT_GT(faults, 500) << "the random packs should mostly be invalid";
+  EXPECT_GT(valid, 20) << "and some valid";
 }
 
 // A validated cu_seqlens fits the work list and the transposed copies (layout.cuh), the

@@ -34,8 +34,20 @@ def test_times_both_runs_and_restores_attention(tmp_path, capsys):
     res = json.loads(out.read_text().splitlines()[-1])
     assert res == json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["step_ms_with_attention"] > 0 and res["step_ms_without_attention"] > 0
-    assert res["attention_share"] == pytest.approx(1 - res["step_ms_without_attention"] / res["step_ms_with_attention"],
-                                                   abs=1e-3)
+
+
+def test_share_from_the_median_step_times(tmp_path, capsys, monkeypatch):
+    # Known step times in place of the timed runs: medians 11 ms with attention, 6 without.
+    write_corpus(tmp_path)
+    times = {True: [0.010, 0.013, 0.011], False: [0.006, 0.005, 0.009]}
+    monkeypatch.setattr(attention_share, "time_steps", lambda args, device, corpus, with_attention: times[with_attention])
+    assert attention_share.main(["--recipe", "bf16", "--data-dir", str(tmp_path), "--model-size", "tiny",
+                                 "--pack-tokens", "1024", "--max-doc-len", "512", "--device", "cpu"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["step_ms_with_attention"] == 11.0 and res["step_ms_without_attention"] == 6.0
+    assert res["attention_ms"] == 5.0
+    assert res["attention_share"] == pytest.approx(5.0 / 11.0, abs=1e-4)
+    assert res["tokens_per_s"] == pytest.approx(1024 / 0.011, abs=0.1)
 
 
 def test_stand_in_does_no_attention():

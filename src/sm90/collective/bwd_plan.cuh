@@ -1,5 +1,5 @@
 // The backward's shape: its kernel parameters, the two passes' CTAs (two warpgroups of 64
-// rows sharing the other side's stages), the streamed ring's depth, tile sizes and the
+// rows sharing the other side's stages; three for fp8_mixed's dK/dV pass at D = 64), the streamed ring's depth, tile sizes and the
 // shared-memory plans of the dK/dV pass, the dQ pass and the stored dS's dQ GEMM. The
 // algorithm and the passes: kernels/backward.cu.
 #pragma once

@@ -5,7 +5,8 @@
 //
 // 1. quantize dO (natural + transposed FP8, scales) and D = rowsum(dO * O) (quantize.cu);
 // 2. dK/dV kernel: CTA = (128-key tile of one document, kv head), two warpgroups of 64 keys
-//    (4 warps x 16 keys each) sharing each query-side stage. Loops over the query heads of
+//    (4 warps x 16 keys each; fp8_mixed at D = 64 without the stored dS: 192 keys, three)
+//    sharing each query-side stage. Loops over the query heads of
 //    the GQA group, then over the 64-query tiles that see the keys, in the order the
 //    specification sums them. Per query tile and warpgroup:
 //      Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (A and B in shared memory, both in flight at once),
