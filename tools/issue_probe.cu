@@ -1,15 +1,18 @@
 // How fast the fast forward's per-score instruction mix runs on an SM by itself: the D = 128
 // consumer's softmax and fold (kernels/forward_fast.cu, collective/fwd_softmax.cuh) as a
-// loop over register tiles, with no tensor core, no ring and no barrier in the loop — so that
-// the kernel's measured rate (scores a SM-clock) can be set against what the mix alone
-// reaches, with 1 to 3 warps a scheduler. If the mix alone runs near the kernel's rate, the
-// rate is the mix's (its dependent chains and the exp unit's queue): only fewer instructions a
-// score move it. If it runs much faster, what holds the kernel is its structure (the waits on
-// the tensor core and the ring, the two consumers' phases).
+// loop over register tiles, with no ring and no barrier in the loop — so that the kernel's
+// measured rate (scores a SM-clock) can be set against what the mix alone reaches, with 1 to 3
+// warps a scheduler, and with 1 or 2 beside a warpgroup that keeps the tensor core busy with
+// S-sized FP8 products (whether wgmma traffic slows the FP32 work around it). If the mix runs
+// near the kernel's rate, the rate is the mix's (its dependent chains and the exp unit's queue):
+// only fewer instructions a score move it. If it runs much faster, also beside the tensor
+// work, what holds the kernel is its structure (the waits on the tensor core and the ring, the
+// two consumers' phases).
 //
-//   flamia_issue_probe [--tiles N]     prints, per warps a scheduler, cycles a warp-tile and
-//                                      scores a SM-clock (the kernel at fixed-16k: ~5.4, i.e.
-//                                      4.33e9 scores in 3.32 ms on 132 SMs at ~1.83 GHz)
+//   flamia_issue_probe [--tiles N]     prints, per configuration, cycles a warp-tile, scores a
+//                                      SM-clock (the kernel at fixed-16k: ~5.4, i.e. 4.33e9
+//                                      scores in 3.32 ms on 132 SMs at ~1.83 GHz) and the
+//                                      tensor warpgroup's FLOP a SM-clock
 //
 // Per tile and thread (64 scores, rows r = 0, 1 of 32 each, as a lane holds an m64n128
 // accumulator): t = s * sk; the row maxima over 4 chains and a quad butterfly; mc; p =
@@ -17,7 +20,8 @@
 // alpha + sigma * fresh. sk and svn come from shared memory as in the kernel. The next tile's
 // scores are this tile's x (a chain the kernel has too: its next S waits for the tensor
 // core). The loop is 638 instructions a tile (10 a score; sm_90a, CUDA 13.0) against the
-// kernel's ~768; `ncu --metrics smsp__inst_executed.avg.per_cycle_active` gives its issue rate.
+// kernel's ~768, no spills in any configuration; `ncu --metrics
+// smsp__inst_executed.avg.per_cycle_active` gives its issue rate.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,11 +30,14 @@
 #include <cstring>
 #include <vector>
 
+#include "sm90/arch/warpgroup.cuh"
+#include "sm90/arch/wgmma.cuh"
 #include "sm90/ptx.cuh"
 
 namespace {
 
 namespace ptx = flamia::sm90::ptx;
+namespace mma = flamia::sm90::mma;
 
 constexpr int kScores = 64;  // a thread's scores in a 64 x 128 tile (128 threads)
 constexpr int kChains = 4;
@@ -58,15 +65,65 @@ __device__ __forceinline__ void for_each_key(const float4* key4, F f) {
   }
 }
 
-template <int kWarpsPerScheduler>
-__global__ void __launch_bounds__(128 * kWarpsPerScheduler, 1)
+// With kTensor a further warpgroup (one warp a scheduler) keeps the tensor core busy while
+// the mix runs, as the kernel's S and P·V products do: S-sized FP8 products (m64n128k32, four
+// k-steps, A and B zero tiles in shared memory) back to back, each waited for, until every mix
+// warp is done; it counts them.
+constexpr int kTensorTileBytes = 64 * 128 + 128 * 128;  // A: 64 x 128 codes, B: 128 x 128
+
+__device__ void tensor_loop(const int* mix_done, int mix_warps, unsigned long long* steps_out,
+                            unsigned long long* cycles_out, float* sink) {
+  extern __shared__ uint8_t tensor_smem[];
+  const uint32_t base = (ptx::smem_addr(tensor_smem) + 1023u) & ~1023u;  // swizzle atoms 1024-aligned
+  float acc[16][4];
+  unsigned long long steps = 0;
+  const unsigned long long t0 = clock64();
+  while (*reinterpret_cast<const volatile int*>(mix_done) < mix_warps) {
+    mma::fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) mma::ss(acc, mma::desc<128>(base, ks), mma::desc<128>(base + 64 * 128, ks), ks > 0);
+    mma::commit();
+    mma::wait<0>();
+    mma::pin(acc);
+    ++steps;
+  }
+  const unsigned long long t1 = clock64();
+  if (threadIdx.x % 128 == 0) {
+    steps_out[blockIdx.x] = steps;
+    cycles_out[blockIdx.x] = t1 - t0;
+  }
+  if (acc[0][0] != 0.0f) sink[0] = acc[0][0];  // zeros times zeros: keeps the products live
+}
+
+template <int kWarpsPerScheduler, bool kTensor>
+__global__ void __launch_bounds__(128 * (kWarpsPerScheduler + kTensor), 1)
     mix_kernel(const float* __restrict__ keys, int tiles, float c, unsigned long long* __restrict__ cycles,
-               float* __restrict__ sink) {
+               float* __restrict__ sink, unsigned long long* __restrict__ tensor_steps,
+               unsigned long long* __restrict__ tensor_cycles) {
   __shared__ __align__(16) float sk_smem[128], svn_smem[128];
+  __shared__ int mix_done;
+  extern __shared__ uint8_t tensor_smem[];
+  constexpr int kMixThreads = 128 * kWarpsPerScheduler;
   for (int j = int(threadIdx.x); j < 128; j += blockDim.x) {
     sk_smem[j] = keys[j];
     svn_smem[j] = keys[128 + j];
   }
+  if (kTensor) {
+    for (int j = int(threadIdx.x); j < (kTensorTileBytes + 1024) / 4; j += blockDim.x)
+      reinterpret_cast<uint32_t*>(tensor_smem)[j] = 0;
+    if (threadIdx.x == 0) mix_done = 0;
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the zeros, visible to wgmma
+  }
+  __syncthreads();
+  // Two mix warpgroups and the tensor one share 65,536 registers as the kernel's roles do
+  // (setmaxnreg): the tensor warpgroup's products need ~96, the mix 208 (at 170 each it spills).
+  constexpr bool kSplit = kTensor && kWarpsPerScheduler == 2;
+  if (kTensor && int(threadIdx.x) >= kMixThreads) {
+    if constexpr (kSplit) flamia::sm90::warpgroup::release_registers<96>();
+    tensor_loop(&mix_done, kMixThreads / 32, tensor_steps, tensor_cycles, sink);
+    return;
+  }
+  if constexpr (kSplit) flamia::sm90::warpgroup::claim_registers<208>();
   float s[kScores], acc[kScores];
   for (int j = 0; j < kScores; ++j) {
     s[j] = keys[256 + j] + float(threadIdx.x & 7);
@@ -75,7 +132,6 @@ __global__ void __launch_bounds__(128 * kWarpsPerScheduler, 1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float sqc[2] = {c, c * 0.5f};
   uint32_t packs = 0;
-  __syncthreads();
   const float4* sk4 = reinterpret_cast<const float4*>(sk_smem) + (threadIdx.x & 3);
   const float4* svn4 = reinterpret_cast<const float4*>(svn_smem) + (threadIdx.x & 3);
   const unsigned long long t0 = clock64();
@@ -131,8 +187,11 @@ __global__ void __launch_bounds__(128 * kWarpsPerScheduler, 1)
   const unsigned long long t1 = clock64();
   float total = l[0] + l[1] + float(packs & 1);
   for (int j = 0; j < kScores; ++j) total += acc[j];
-  sink[blockIdx.x * blockDim.x + threadIdx.x] = total;
-  if ((threadIdx.x & 31) == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = t1 - t0;
+  sink[blockIdx.x * kMixThreads + threadIdx.x] = total;
+  if ((threadIdx.x & 31) == 0) {
+    cycles[blockIdx.x * (kMixThreads / 32) + threadIdx.x / 32] = t1 - t0;
+    if (kTensor) atomicAdd(&mix_done, 1);
+  }
 }
 
 bool check(cudaError_t e, const char* what) {
@@ -170,27 +229,56 @@ int main(int argc, char** argv) {
       !check(cudaMalloc(&d_cycles, size_t(sms) * 12 * sizeof(unsigned long long)), "cudaMalloc") ||
       !check(cudaMemcpy(d_keys, keys.data(), keys.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy"))
     return 1;
-  std::printf("warps/scheduler  cycles/warp-tile  scores/SM-clock  (a warp-tile: 32 lanes x %d scores)\n", kScores);
-  // One CTA a SM: w warps on each of the four schedulers, at most 65536 / (128 w) registers a
-  // thread (the kernel's consumers have 232 with two a scheduler).
-  void (*const kernels[3])(const float*, int, float, unsigned long long*, float*) = {mix_kernel<1>, mix_kernel<2>,
-                                                                                     mix_kernel<3>};
-  for (int w = 1; w <= 3; ++w) {
-    const int threads = 128 * w;
-    kernels[w - 1]<<<sms, threads>>>(d_keys, 10, 0.125f, d_cycles, d_sink);  // warm-up
-    kernels[w - 1]<<<sms, threads>>>(d_keys, tiles, 0.125f, d_cycles, d_sink);
+  unsigned long long *d_tsteps = nullptr, *d_tcycles = nullptr;
+  if (!check(cudaMalloc(&d_tsteps, size_t(sms) * sizeof(unsigned long long)), "cudaMalloc") ||
+      !check(cudaMalloc(&d_tcycles, size_t(sms) * sizeof(unsigned long long)), "cudaMalloc"))
+    return 1;
+  std::printf("warps/scheduler  tensor warpgroup  cycles/warp-tile  scores/SM-clock  tensor FLOP/SM-clock\n"
+              "(a warp-tile: 32 lanes x %d scores; FP8 dense peak ~8192 FLOP/SM-clock)\n", kScores);
+  // One CTA a SM: w mix warps on each of the four schedulers (plus one tensor warp each), at
+  // most 65536 / threads registers a thread (the kernel's consumers have 232 with two a
+  // scheduler).
+  using Kernel = void (*)(const float*, int, float, unsigned long long*, float*, unsigned long long*,
+                          unsigned long long*);
+  struct Config {
+    int w;
+    bool tensor;
+    Kernel k;
+  };
+  const Config configs[] = {{1, false, mix_kernel<1, false>}, {2, false, mix_kernel<2, false>},
+                            {3, false, mix_kernel<3, false>}, {1, true, mix_kernel<1, true>},
+                            {2, true, mix_kernel<2, true>}};
+  for (const Config& cf : configs) {
+    const int threads = 128 * (cf.w + (cf.tensor ? 1 : 0));
+    const size_t smem = cf.tensor ? kTensorTileBytes + 1024 : 0;
+    cf.k<<<sms, threads, smem>>>(d_keys, 10, 0.125f, d_cycles, d_sink, d_tsteps, d_tcycles);  // warm-up
+    cf.k<<<sms, threads, smem>>>(d_keys, tiles, 0.125f, d_cycles, d_sink, d_tsteps, d_tcycles);
     if (!check(cudaDeviceSynchronize(), "mix_kernel")) return 1;
-    std::vector<unsigned long long> cyc(size_t(sms) * (threads / 32));
+    const size_t ctas = size_t(sms);
+    std::vector<unsigned long long> cyc(ctas * 4 * size_t(cf.w)), ts(ctas), tc(ctas);
     if (!check(cudaMemcpy(cyc.data(), d_cycles, cyc.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
+               "cudaMemcpy") ||
+        !check(cudaMemcpy(ts.data(), d_tsteps, ts.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
+               "cudaMemcpy") ||
+        !check(cudaMemcpy(tc.data(), d_tcycles, tc.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
                "cudaMemcpy"))
       return 1;
     double mean = 0;
     for (unsigned long long x : cyc) mean += double(x);
     mean /= double(cyc.size());
     const double per_tile = mean / tiles;  // each warp's own tiles; w of them share a scheduler
-    const double scores_per_clock = 4.0 * w * 32.0 * kScores / per_tile;
-    std::printf("%15d  %16.1f  %15.2f\n", w, per_tile, scores_per_clock);
+    const double scores_per_clock = 4.0 * cf.w * 32.0 * kScores / per_tile;
+    double flop_per_clock = 0;
+    if (cf.tensor) {
+      double steps = 0, cycles = 0;
+      for (int b = 0; b < sms; ++b) steps += double(ts[size_t(b)]), cycles += double(tc[size_t(b)]);
+      flop_per_clock = steps * 2.0 * 64 * 128 * 128 / cycles;  // one step: m64n128k128
+    }
+    std::printf("%15d  %16s  %16.1f  %15.2f  %20.0f\n", cf.w, cf.tensor ? "yes" : "no", per_tile, scores_per_clock,
+                flop_per_clock);
   }
+  cudaFree(d_tsteps);
+  cudaFree(d_tcycles);
   cudaFree(d_keys);
   cudaFree(d_sink);
   cudaFree(d_cycles);
