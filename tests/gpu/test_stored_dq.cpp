@@ -4,8 +4,9 @@
 // same operands through the same wgmma steps (and, for fp8, the same fold) as the dQ pass,
 // and dK, dV are computed as before: all three must be bitwise the recomputing backward's
 // (FLAMIA_BWD_DQ=recompute), for both recipes, at head dims 128 and 64, with GQA, causal and
-// not, documents at the 64-token edges, q_start, heads in slabs; the default must store only
-// where the workspace holds the tiles, and hbm must refuse a workspace that does not.
+// not, documents at the 64-token edges, q_start, heads in slabs (their launches overlapped or
+// not); the default must store only where the workspace holds the tiles, and hbm must refuse a
+// workspace that does not.
 #if defined(FLAMIA_WITH_CUDA)
 
 #include <cstdlib>
@@ -116,6 +117,25 @@ TEST(StoredDqSlabs, UnevenHeadsDealtEvenly) {
     Case c = make(Param{1, true, 1, 128, mixed});
     c.hkv = c.hq = 7;
     expect_bitwise(c, 33, "10");
+  }
+}
+
+// After the first, a slab's launches may start in the last wave of the launch before them
+// (programmatic dependent launch): a slab's dK/dV pass must not write the shared tile buffer
+// before the previous slab's GEMM has read it, nor a GEMM read it before its slab's pass has
+// written it. Eight slabs of one kv head, each launch of fewer CTAs than the GPU has SMs (so
+// that the next one's CTAs start at once beside it), with the overlap on (the default) and off
+// (FLAMIA_PDL=0): bitwise the recomputing backward both ways.
+TEST(StoredDqSlabs, OverlappedLaunchesKeepEachSlabsTiles) {
+  for (const char* pdl : {static_cast<const char*>(nullptr), "0"}) {
+    ScopedEnv overlap("FLAMIA_PDL", pdl);
+    for (const bool mixed : {true, false}) {
+      Case c;
+      c.cu = cu_from_lengths({2048, 1536, 448, 64});
+      c.recipe = mixed ? FLAMIA_RECIPE_FP8_MIXED : FLAMIA_RECIPE_FP8;
+      c.hq = c.hkv = 8;
+      expect_bitwise(c, 34, "1");
+    }
   }
 }
 

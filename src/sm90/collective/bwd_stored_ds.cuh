@@ -48,7 +48,9 @@ struct StoredDsRun {
 
   StoredDsRun() = default;
   __device__ __forceinline__ StoredDsRun(const BwdArgs& a, const DocTile& dt) {
-    const int64_t base = min(max(__ldg(a.ds_doc_base + dt.doc), int64_t(0)), a.ds_head_tiles - 1);
+    // Not through the read-only path: ds_doc_bases, which writes it, may still have run beside
+    // this kernel's start (read here after the wait, kernels/backward.cu).
+    const int64_t base = min(max(__ldcg(a.ds_doc_base + dt.doc), int64_t(0)), a.ds_head_tiles - 1);
     doc = a.ds + base * kStoredTileBytes<kMixed>;
     head_stride = a.ds_head_tiles * kStoredTileBytes<kMixed>;
     last = uint64_t(a.ds_head_tiles - 1 - base);

@@ -65,6 +65,7 @@
 #include "common/tiles.h"
 #include "common/work_order.h"
 #include "quantize/quantize.cuh"
+#include "sm90/arch/grid_dependency.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/arch/warpgroup.cuh"
@@ -76,6 +77,7 @@
 #include "sm90/collective/bwd_products.cuh"
 #include "sm90/collective/bwd_stored_ds.cuh"
 #include "sm90/kit/bwd_ring.cuh"
+#include "sm90/launch/overlap.h"
 #include "sm90/launch/tensor_map.h"
 #include "sm90/masks.cuh"
 #include "sm90/per_device.h"
@@ -98,6 +100,9 @@ using fmt::kLog2e;
 // pairs (one block; the documents' lengths clamped as doc_tile clamps them).
 __global__ void __launch_bounds__(1024) ds_doc_bases(const int32_t* __restrict__ cu_seqlens, int num_docs,
                                                      int64_t total_tokens, bool causal, int64_t* __restrict__ base) {
+  // The first slab's dK/dV pass may set up beside this one-block kernel (it reads the bases
+  // only after its wait).
+  grid::allow_dependents();
   __shared__ int64_t warp_sums[32];
   __shared__ int64_t carry;
   if (threadIdx.x == 0) carry = 0;
@@ -159,7 +164,7 @@ __global__ void __launch_bounds__((DkdvSmem<D, kMixed, kFused, kStoreDs>::kCtaTh
   const int slot = cta.slot, hk = (kStoreDs ? a.ds_hk0 : 0) + cta.h;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
   const CtaItem entry = enter_cta(list, slot, &a.status->fault, a.cu_seqlens, a.q_start);
-  if (!entry.ok) return;
+  if (!entry.ok) return grid::wait_for_prior_grids();
   const DocTile dt = entry.dt;
   // Item t of a document is its key tile nt - 1 - t when causal (cost order, schedule.cuh).
   const int n = a.causal ? dt.num_tiles - 1 - dt.tile : dt.tile;
@@ -248,6 +253,11 @@ __global__ void __launch_bounds__((DkdvSmem<D, kMixed, kFused, kStoreDs>::kCtaTh
   QueryTile cur{hk * group, m_first};
   if (steps > 0) load_step(cur);  // none: every query of the document is before q_start
   ptx::cp_async_commit();
+  // Up to here the CTA has read only what the kernel launched before it (the previous slab's
+  // dQ GEMM, ds_doc_bases) does not write: its rows, the first step's tiles. The stored dS it
+  // writes from here on, that GEMM may still be reading (arch/grid_dependency.cuh).
+  grid::wait_for_prior_grids();
+  grid::allow_dependents();
   own_rows_ready();
 
   const int j0 = kw0 + 16 * (warp_id() & 3) + (lane_id() >> 2);  // this lane's keys: j0, j0 + 8
@@ -365,10 +375,10 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   const int slot = cta.slot, h = cta.h;
   // The backward cannot zero qkv8's count: its own guard fault is in the workspace.
   const CtaItem entry = enter_cta(a.work, slot, &a.status->fault, a.cu_seqlens, a.q_start);
-  if (!entry.ok) return;
+  if (!entry.ok) return grid::wait_for_prior_grids();
   const DocTile dt = entry.dt;  // a 128-query tile
   // Keys-only rows (before q_start, a multiple of the tile) get no dQ.
-  if ((kDqWarpgroups * dt.tile) * kTileTokens < entry.first_query) return;
+  if ((kDqWarpgroups * dt.tile) * kTileTokens < entry.first_query) return grid::wait_for_prior_grids();
   const int wg = warpgroup::index();
   const int hk = h / (a.hq / a.hkv);
   // This warpgroup's 64 queries: the 64-token query tile mw, queries [m0, m0 + valid_q).
@@ -506,6 +516,9 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
   store_rows<D>(a.rows_by_tma, base + S::queries(wg), a.dq_rows, a.dq + h * D, q_row, h, dt.tok0, m0, dt.len, dq,
                 dq_scale, kEpilogueBarrier + wg);
   rows_out_drain();
+  // It read nothing the dK/dV pass before it writes, so its whole run may overlap that pass's
+  // last wave; it completes only after that pass (arch/grid_dependency.cuh).
+  grid::wait_for_prior_grids();
 }
 
 // The dQ GEMM of the stored dS (DqStoredSmem, collective/bwd_plan.cuh, says how it works).
@@ -518,10 +531,10 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
   const order::SlotHead cta = order::backward_cta(int(blockIdx.x), a.work.capacity, heads, a.ds_hkv, a.ds_hkv);
   const int slot = cta.slot, h = a.ds_hk0 * group + cta.h;
   const CtaItem entry = enter_cta(a.work, slot, &a.status->fault, a.cu_seqlens, a.q_start);
-  if (!entry.ok) return;
+  if (!entry.ok) return grid::wait_for_prior_grids();
   const DocTile dt = entry.dt;  // a 128-query tile
   // Keys-only rows (before q_start, a multiple of the tile) get no dQ, as in dq_kernel.
-  if ((kDqWarpgroups * dt.tile) * kTileTokens < entry.first_query) return;
+  if ((kDqWarpgroups * dt.tile) * kTileTokens < entry.first_query) return grid::wait_for_prior_grids();
   const int wg = warpgroup::index();
   const int hk = h / group;
   const int mw = kDqWarpgroups * dt.tile + wg, m0 = mw * kTileTokens;
@@ -541,6 +554,9 @@ __global__ void __launch_bounds__(kDqThreads, DqStoredSmem<D, kMixed>::kTwoCtas 
     tma::prefetch_map(a.k_b);
   }
   __syncthreads();
+  // The stored tiles the loads below read are the previous launch's (the slab's dK/dV pass).
+  grid::wait_for_prior_grids();
+  grid::allow_dependents();
 
   // The elected thread: key tile n into stage s (both warpgroups' tiles, also where one is
   // never read: a warpgroup past its diagonal or past the document reads none).
@@ -667,8 +683,10 @@ cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
       <<<unsigned(int64_t(dkdv_list(a, SK::kWarpgroups).capacity) * a.hkv), SK::kCtaThreads, kDkdvSmem, stream>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  dq_kernel<D, kMixed><<<unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream>>>(a);
-  return cudaGetLastError();
+  // The dQ pass writes nothing the dK/dV pass reads or writes, nor reads what it writes: it
+  // may fill that pass's last wave.
+  return launch_kernel(dq_kernel<D, kMixed>, unsigned(int64_t(a.work.capacity) * a.hq), kDqThreads, kDqSmem, stream,
+                       true, a);
 }
 
 // fp8_mixed at D = 128 with the fused dQ: the accumulator zeroed, one dK/dV(+dQ) pass, dQ
@@ -689,8 +707,10 @@ cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
 
 // The stored dS: the documents' bases, then per slab of at most `slab` kv heads the
 // dK/dV pass (writes the slab's dS) and the dQ GEMM (reads it); the next slab's dK/dV waits
-// for this slab's GEMM in stream order, so one buffer serves every slab. The heads are dealt
-// out evenly (order::stored_ds_slabs).
+// for this slab's GEMM before it writes dS, so one buffer serves every slab. The heads are
+// dealt out evenly (order::stored_ds_slabs). Each launch may start beside the one before it
+// (launch_kernel; in its last wave, or beside the one-block ds_doc_bases): its CTAs set up and
+// load what does not depend on that launch, then wait for it.
 template <int D, bool kMixed>
 cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t* doc_base, cudaStream_t stream) {
   constexpr int kDkdvSmem = DkdvSmem<D, kMixed, false, true>::kAlloc, kDqSmem = DqStoredSmem<D, kMixed>::kAlloc;
@@ -705,12 +725,12 @@ cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t
   for (int i = 0, hk0 = 0; i < slabs.count; ++i, hk0 += a.ds_hkv) {
     a.ds_hk0 = hk0;
     a.ds_hkv = slabs.heads(i);
-    dkdv_kernel<D, kMixed, false, true>
-        <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv), kDkdvThreads, kDkdvSmem, stream>>>(a);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    dq_stored_kernel<D, kMixed>
-        <<<unsigned(int64_t(a.work.capacity) * a.ds_hkv * group), kDqThreads, kDqSmem, stream>>>(a);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if ((err = launch_kernel(dkdv_kernel<D, kMixed, false, true>, unsigned(int64_t(a.work.capacity) * a.ds_hkv),
+                             kDkdvThreads, kDkdvSmem, stream, true, a)) != cudaSuccess)
+      return err;
+    if ((err = launch_kernel(dq_stored_kernel<D, kMixed>, unsigned(int64_t(a.work.capacity) * a.ds_hkv * group),
+                             kDqThreads, kDqSmem, stream, true, a)) != cudaSuccess)
+      return err;
   }
   return cudaSuccess;
 }

@@ -1,0 +1,96 @@
+// The backward captured in a CUDA graph (as torch.compile's CUDA graphs capture it): its
+// launches that may overlap the one before them (programmatic dependent launch) become the
+// graph's programmatic edges, and the replayed graph must give the eager call's bits — the
+// stored dS's slabs (fp8_mixed, D = 128, several slabs) and the recomputing passes (fp8, and
+// D = 64), with the overlap on and off (FLAMIA_PDL=0).
+#if defined(FLAMIA_WITH_CUDA)
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpu_harness.h"
+
+namespace flamia_gpu_test {
+namespace {
+
+// stored: the call takes the stored dS (its tiles lie past the plain workspace); overlap_on:
+// FLAMIA_PDL is not 0.
+void expect_graph_replay_bitwise(const Case& c, uint64_t seed, bool stored, bool overlap_on) {
+  const Inputs in = make_inputs(c, seed);
+  GpuRunner r(c);
+  FwdResult f;
+  BwdResult eager, replayed;
+  ASSERT_EQ(r.forward(in, &f), FLAMIA_SUCCESS) << flamia_last_error();
+  ASSERT_EQ(r.backward_after_forward(&eager), FLAMIA_SUCCESS) << flamia_last_error();
+
+  const flamia_attention_args a = r.args();
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(r.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const flamia_status st = flamia_backward(&a, r.dout_view(), r.out_view(), r.lse_view(), r.qkv8(), r.qkv8_bytes(),
+                                           r.workspace(), r.workspace_bytes(), r.dq_view(), r.dk_view(),
+                                           r.dv_view());
+  ASSERT_EQ(cudaStreamEndCapture(r.stream(), &graph), cudaSuccess);
+  ASSERT_EQ(st, FLAMIA_SUCCESS) << flamia_last_error();
+  // With the overlap on, the passes after the first hang on programmatic edges; off, on none.
+  size_t edges = 0;
+  ASSERT_EQ(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges), cudaSuccess);
+  std::vector<cudaGraphNode_t> from(edges), to(edges);
+  std::vector<cudaGraphEdgeData> data(edges);
+  ASSERT_EQ(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges), cudaSuccess);
+  int programmatic = 0;
+  for (const cudaGraphEdgeData& e : data) programmatic += e.type == cudaGraphDependencyTypeProgrammatic;
+  if (overlap_on) EXPECT_GT(programmatic, 0) << "no programmatic edge in the captured backward";
+  else EXPECT_EQ(programmatic, 0) << "programmatic edges with FLAMIA_PDL=0";
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  // Two replays, each on poisoned gradients and workspace.
+  for (int replay = 0; replay < 2; ++replay) {
+    for (const flamia_tensor& t : {r.dq_view(), r.dk_view(), r.dv_view()})
+      ASSERT_EQ(cudaMemsetAsync(t.data, 0xFF, size_t(t.shape[0]) * t.shape[1] * t.shape[2] * 2, r.stream()),
+                cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(r.workspace(), 0xFF, r.workspace_bytes(), r.stream()), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, r.stream()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(r.stream()), cudaSuccess);
+    r.download_bwd(&replayed);
+    EXPECT_EQ(replayed.dq, eager.dq) << "dQ, replay " << replay;
+    EXPECT_EQ(replayed.dk, eager.dk) << "dK, replay " << replay;
+    EXPECT_EQ(replayed.dv, eager.dv) << "dV, replay " << replay;
+    const size_t plain = flamia_backward_workspace_bytes(c.tokens(), c.num_docs(), c.hq, c.hkv, c.d, c.recipe);
+    EXPECT_EQ(r.workspace_bytes_written_from(plain) > 0, stored) << "the stored dS ran (or not), replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+Case make(flamia_recipe recipe, int d) {
+  Case c;
+  c.cu = cu_from_lengths({1100, 300, 640, 77});
+  c.recipe = recipe;
+  c.d = d;
+  c.hq = 8;
+  c.hkv = 4;
+  return c;
+}
+
+TEST(GraphCapture, ReplayedBackwardGivesTheEagerBits) {
+  for (const char* pdl : {static_cast<const char*>(nullptr), "0"}) {
+    ScopedEnv overlap("FLAMIA_PDL", pdl);
+    SCOPED_TRACE(std::string("FLAMIA_PDL=") + (pdl != nullptr ? pdl : "(unset)"));
+    {
+      // The stored dS in slabs of one kv head (four slabs of GEMM and dK/dV launches).
+      ScopedEnv budget("FLAMIA_BWD_DS_MIB", "1");
+      expect_graph_replay_bitwise(make(FLAMIA_RECIPE_FP8_MIXED, 128), 61, true, pdl == nullptr);
+    }
+    expect_graph_replay_bitwise(make(FLAMIA_RECIPE_FP8, 128), 62, false, pdl == nullptr);
+    expect_graph_replay_bitwise(make(FLAMIA_RECIPE_FP8_MIXED, 64), 63, false, pdl == nullptr);
+  }
+}
+
+}  // namespace
+}  // namespace flamia_gpu_test
+
+#endif  // FLAMIA_WITH_CUDA
