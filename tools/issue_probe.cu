@@ -3,7 +3,9 @@
 // loop over register tiles, with no ring and no barrier in the loop — so that the kernel's
 // measured rate (scores a SM-clock) can be set against what the mix alone reaches, with 1 to 3
 // warps a scheduler, and with 1 or 2 beside a warpgroup that keeps the tensor core busy with
-// S-sized FP8 products (whether wgmma traffic slows the FP32 work around it). If the mix runs
+// S-sized FP8 products (whether wgmma traffic slows the FP32 work around it; the products
+// chained onto their accumulator as the kernel's S, or every step without the accumulator as
+// input, or no product at all with the same loop as the control). If the mix runs
 // near the kernel's rate, the rate is the mix's (its dependent chains and the exp unit's queue):
 // only fewer instructions a score move it. If it runs much faster, also beside the tensor
 // work, what holds the kernel is its structure (the waits on the tensor core and the ring, the
@@ -63,11 +65,22 @@ __device__ __forceinline__ void for_each_key(const float4* key4, F f) {
 // warp is done; it counts them.
 constexpr int kTensorTileBytes = 64 * 128 + 128 * 128;  // A: 64 x 128 codes, B: 128 x 128
 
+// Which products the tensor warpgroup issues: kChained, each k-step adding onto the accumulator
+// (the kernel's S); kNoInput, every k-step with scale-d 0 (the accumulator written, never
+// read: whether the accumulator's reads are what slows the FP32 work beside); kIdle, the
+// same loop and barriers without a product (the control).
+enum TensorKind { kNone = 0, kChained = 1, kNoInput = 2, kIdle = 3 };
+
+template <int kKind>
 __device__ void tensor_loop(const int* mix_done, int mix_warps, unsigned long long* steps_out,
                             unsigned long long* cycles_out, float* sink) {
   extern __shared__ uint8_t tensor_smem[];
   const uint32_t base = (ptx::smem_addr(tensor_smem) + 1023u) & ~1023u;  // swizzle atoms 1024-aligned
   float acc[16][4];
+#pragma unroll
+  for (int n = 0; n < 16; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;  // read at the end also when no product ran (kIdle)
   unsigned long long steps = 0;
   const unsigned long long t0 = clock64();
   // The warpgroup decides each round together: wgmma is .aligned, so all four warps must issue
@@ -80,12 +93,15 @@ __device__ void tensor_loop(const int* mix_done, int mix_warps, unsigned long lo
     const bool more = go != 0;
     flamia::sm90::warpgroup::bar_sync(flamia::sm90::warpgroup::kFirstNamedBarrier, 128);  // go read before rewritten
     if (!more) break;
-    mma::fence();
+    if constexpr (kKind != kIdle) {
+      mma::fence();
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) mma::ss(acc, mma::desc<128>(base, ks), mma::desc<128>(base + 64 * 128, ks), ks > 0);
-    mma::commit();
-    mma::wait<0>();
-    mma::pin(acc);
+      for (int ks = 0; ks < 4; ++ks)
+        mma::ss(acc, mma::desc<128>(base, ks), mma::desc<128>(base + 64 * 128, ks), kKind == kChained && ks > 0);
+      mma::commit();
+      mma::wait<0>();
+      mma::pin(acc);
+    }
     ++steps;
   }
   const unsigned long long t1 = clock64();
@@ -96,8 +112,8 @@ __device__ void tensor_loop(const int* mix_done, int mix_warps, unsigned long lo
   if (acc[0][0] != 0.0f) sink[0] = acc[0][0];  // zeros times zeros: keeps the products live
 }
 
-template <int kWarpsPerScheduler, bool kTensor>
-__global__ void __launch_bounds__(128 * (kWarpsPerScheduler + kTensor), 1)
+template <int kWarpsPerScheduler, int kTensorKind>
+__global__ void __launch_bounds__(128 * (kWarpsPerScheduler + (kTensorKind != kNone)), 1)
     mix_kernel(const float* __restrict__ keys, int tiles, float c, unsigned long long* __restrict__ cycles,
                float* __restrict__ sink, unsigned long long* __restrict__ tensor_steps,
                unsigned long long* __restrict__ tensor_cycles) {
@@ -105,6 +121,7 @@ __global__ void __launch_bounds__(128 * (kWarpsPerScheduler + kTensor), 1)
   __shared__ int mix_done;
   extern __shared__ uint8_t tensor_smem[];
   constexpr int kMixThreads = 128 * kWarpsPerScheduler;
+  constexpr bool kTensor = kTensorKind != kNone;
   for (int j = int(threadIdx.x); j < 128; j += blockDim.x) {
     sk_smem[j] = keys[j];
     svn_smem[j] = keys[128 + j];
@@ -127,7 +144,7 @@ __global__ void __launch_bounds__(128 * (kWarpsPerScheduler + kTensor), 1)
   constexpr bool kSplit = kTensor && kWarpsPerScheduler == 2;
   if (kTensor && int(threadIdx.x) >= kMixThreads) {
     if constexpr (kSplit) flamia::sm90::warpgroup::release_registers<kTensorRegs>();
-    tensor_loop(&mix_done, kMixThreads / 32, tensor_steps, tensor_cycles, sink);
+    tensor_loop<kTensorKind>(&mix_done, kMixThreads / 32, tensor_steps, tensor_cycles, sink);
     return;
   }
   if constexpr (kSplit) flamia::sm90::warpgroup::claim_registers<kMixRegs>();
@@ -250,12 +267,15 @@ int main(int argc, char** argv) {
                           unsigned long long*);
   struct Config {
     int w;
-    bool tensor;
+    int tensor;  // TensorKind
     Kernel k;
   };
-  const Config configs[] = {{1, false, mix_kernel<1, false>}, {2, false, mix_kernel<2, false>},
-                            {3, false, mix_kernel<3, false>}, {1, true, mix_kernel<1, true>},
-                            {2, true, mix_kernel<2, true>}};
+  const char* const kTensorNames[] = {"no", "chained", "no input", "idle"};
+  const Config configs[] = {{1, kNone, mix_kernel<1, kNone>},         {2, kNone, mix_kernel<2, kNone>},
+                            {3, kNone, mix_kernel<3, kNone>},         {1, kChained, mix_kernel<1, kChained>},
+                            {2, kChained, mix_kernel<2, kChained>},   {1, kNoInput, mix_kernel<1, kNoInput>},
+                            {2, kNoInput, mix_kernel<2, kNoInput>},   {1, kIdle, mix_kernel<1, kIdle>},
+                            {2, kIdle, mix_kernel<2, kIdle>}};
   for (const Config& cf : configs) {
     const int threads = 128 * (cf.w + (cf.tensor ? 1 : 0));
     const size_t smem = cf.tensor ? kTensorTileBytes + 1024 : 0;
@@ -277,12 +297,12 @@ int main(int argc, char** argv) {
     const double per_tile = mean / tiles;  // each warp's own tiles; w of them share a scheduler
     const double scores_per_clock = 4.0 * cf.w * 32.0 * kScores / per_tile;
     double flop_per_clock = 0;
-    if (cf.tensor) {
+    if (cf.tensor == kChained || cf.tensor == kNoInput) {
       double steps = 0, cycles = 0;
       for (int b = 0; b < sms; ++b) steps += double(ts[size_t(b)]), cycles += double(tc[size_t(b)]);
       flop_per_clock = steps * 2.0 * 64 * 128 * 128 / cycles;  // one step: m64n128k128
     }
-    std::printf("%15d  %16s  %16.1f  %15.2f  %20.0f\n", cf.w, cf.tensor ? "yes" : "no", per_tile, scores_per_clock,
+    std::printf("%15d  %16s  %16.1f  %15.2f  %20.0f\n", cf.w, kTensorNames[cf.tensor], per_tile, scores_per_clock,
                 flop_per_clock);
   }
   cudaFree(d_tsteps);
