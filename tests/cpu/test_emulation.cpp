@@ -82,6 +82,10 @@ struct Literal {
   }
 
   void forward(Bits& out, std::vector<float>& lse) const {
+    // The transcription is of §2 as written: the lazy reference, the key rule, no headroom.
+    EXPECT_TRUE(cfg.fwd.p_ref == PRef::Lazy && cfg.fwd.p_scale == PScale::TileKeys && cfg.fwd.p_headroom_log2 == 0 &&
+                cfg.fwd.fold == PvFold::Fresh && cfg.fwd.pv_operand == PvOperand::Fp8)
+        << "the literal transcription is of the default forward options only";
     const int D = pk.p.head_dim, BN = cfg.tiling.fwd_block_n;
     const int64_t T = pk.p.total_tokens;
     for (int b = 0; b < pk.p.num_docs(); ++b) {
@@ -131,7 +135,8 @@ struct Literal {
             }
             m = m_new;
           }
-          for (int d = 0; d < D; ++d) out[((base + i) * pk.p.hq + h) * D + d] = to_bf16(acc[d] / l);
+          const float inv_l = 1.0f / l;  // one division a row, then a multiply (§2)
+          for (int d = 0; d < D; ++d) out[((base + i) * pk.p.hq + h) * D + d] = to_bf16(acc[d] * inv_l);
           lse[h * T + base + i] = (mc + std::log2(l)) * 0.6931471805599453f;
         }
     }
