@@ -59,6 +59,23 @@ struct TileP {
 // (Measured on H200: 1, 2 and 4 chains time the same within 2 %; docs/PERFORMANCE.md v5.)
 constexpr int kChains = 4;
 
+// A row's new running maximum from its chains of the tile's t (merged, then across the quad,
+// then in S's units: t * sq).
+__device__ __forceinline__ float row_max_after(float m, const float (&chains)[kChains], float sq) {
+  float tile_max = chains[0];
+#pragma unroll
+  for (int k = 1; k < kChains; ++k) tile_max = ptx::max_nan(tile_max, chains[k]);
+  return ptx::max_nan(m, __fmul_rn(quad_max_nan(tile_max), sq));
+}
+
+// A row's sum of the tile's p from its chains (merged, then across the quad).
+__device__ __forceinline__ float row_sum_of(const float (&chains)[kChains]) {
+  float row_sum = chains[0];
+#pragma unroll
+  for (int k = 1; k < kChains; ++k) row_sum = __fadd_rn(row_sum, chains[k]);
+  return quad_sum(row_sum);
+}
+
 // What the stage holds about the tile's keys (fwd_plan.cuh): sk, sv and svn in the consumers'
 // per-lane order (lane_column_index), the prefix maxima of sv in key order, and sigma of the rows
 // that see the whole tile (the key-scale warp's, fwd_producer.cuh).
@@ -135,10 +152,7 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
   bool moved = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float tile_max = tmax[r][0];
-#pragma unroll
-    for (int k = 1; k < kChains; ++k) tile_max = ptx::max_nan(tile_max, tmax[r][k]);
-    const float m_new = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tile_max), sq[r]));
+    const float m_new = row_max_after(st.m[r], tmax[r], sq[r]);
     const bool first = st.m[r] == -INFINITY;
     // The reference moves on the row's first tile or when m_new passes it by more than the
     // threshold (NaN moves it); else alpha = 1 and nothing earlier is rescaled.
@@ -178,10 +192,7 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
   phases.mark(trace::kExpsDone);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float row_sum = sum[r][0];
-#pragma unroll
-    for (int k = 1; k < kChains; ++k) row_sum = __fadd_rn(row_sum, sum[r][k]);
-    st.l[r] = __fadd_rn(__fmul_rn(st.l[r], out.alpha[r]), quad_sum(row_sum));
+    st.l[r] = __fadd_rn(__fmul_rn(st.l[r], out.alpha[r]), row_sum_of(sum[r]));
   }
   // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
   // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
@@ -274,10 +285,7 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
   float m_new[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float tile_max = tmax[r][0];
-#pragma unroll
-    for (int k = 1; k < kChains; ++k) tile_max = ptx::max_nan(tile_max, tmax[r][k]);
-    m_new[r] = ptx::max_nan(st.m[r], __fmul_rn(quad_max_nan(tile_max), sq[r]));
+    m_new[r] = row_max_after(st.m[r], tmax[r], sq[r]);
     keeps = keeps && st.m[r] != -INFINITY && __fmaf_rn(m_new[r], c, -st.mc[r]) <= kRescaleLog2;
   }
   if (__all_sync(0xffffffffu, keeps)) {
@@ -286,11 +294,8 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
     // pm <= kRescaleP for every row: P's scale is the tile's (keeps_tile_sigma).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float row_sum = sum[r][0];
-#pragma unroll
-      for (int k = 1; k < kChains; ++k) row_sum = __fadd_rn(row_sum, sum[r][k]);
       st.m[r] = m_new[r];
-      st.l[r] = __fadd_rn(st.l[r], quad_sum(row_sum));  // l * 1 + sum
+      st.l[r] = __fadd_rn(st.l[r], row_sum_of(sum[r]));  // l * 1 + sum
       out.sigma[r] = ks.sigma;
       out.alpha[r] = 1.0f;
     }
