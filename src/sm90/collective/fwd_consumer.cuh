@@ -84,7 +84,11 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float rows_sq = reinterpret_cast<const float*>(slot + P::kSlotSq)[r0 + 8 * r];
-      sq[r] = i0 + 8 * r < item.dt.len ? rows_sq : 1.0f;
+      // Rows past the document (not stored) take sq = 0: their Q rows are the next tokens'
+      // codes, whose raw products would jump their maxima past the lazy reference and make
+      // the warp retake tiles; with sq = 0 their scores are 0 (every visited tile shows such
+      // a row at least one key, so its maximum is 0, never -inf * 0).
+      sq[r] = i0 + 8 * r < item.dt.len ? rows_sq : 0.0f;
       sqc[r] = __fmul_rn(sq[r], p.c);
     }
     // At D = 128 acc is not zeroed: the item's first fold (n = 0) writes it. At D = 64 that
