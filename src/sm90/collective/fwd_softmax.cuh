@@ -120,18 +120,21 @@ __device__ __forceinline__ void for_each_score(const float* keys, F f) {
 // sigma), the value P8 rounds: from svn when every row's sigma is the tile's (kWhole), else
 // from sv and the row's 1 / sigma. sv / sigma is exact (powers of two), so both are the
 // specification's p * (sv / sigma).
-// seen[r]: row r's visible keys, counted from this lane's first column (kMask only; see
-// DocMask::visible_keys_of_lane).
+// A masked element arrives as t = -inf (softmax_tile) and leaves as x = 0, whatever its key's
+// scales (a NaN scale of a hidden key must not reach P8). Selected on t itself rather than
+// on the column test again: keeping that test's 64 predicates across the maxima cost ptxas
+// two LOP3 an element to park them in a register and more to take them back. An unmasked t
+// of -inf (an overflowed product) gives p = 0 and x = 0 * v = 0 as well (v = sv / sigma is
+// finite), unless the row's reference is not finite, where the row's O and l are NaN either way.
 template <bool kMask, bool kWhole, int kSteps>
 __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks, const float (&sqc)[2],
-                                              const float (&inv)[2], const RowState& st, const int (&seen)[2],
-                                              float (&sum)[2][kChains]) {
+                                              const float (&inv)[2], const RowState& st, float (&sum)[2][kChains]) {
   for_each_score<kSteps>(kWhole ? ks.svn : ks.sv, [&](int n, int e, float v) {
     const int r = e >> 1, k = (2 * n + (e & 1)) % kChains;
     const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
     sum[r][k] = __fadd_rn(sum[r][k], p);
     float x = __fmul_rn(p, kWhole ? v : __fmul_rn(v, inv[r]));
-    if (kMask && 8 * n + (e & 1) >= seen[r]) x = 0.0f;
+    if (kMask && s[n][e] == -INFINITY) x = 0.0f;
     s[n][e] = x;
   });
 }
@@ -147,7 +150,7 @@ template <bool kMask, int kSteps, class Trace>
 __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                                     const float (&sqc)[2], const DocMask& mask, int i0, int n0,
                                                     float c, RowState& st, TileP& out, const float (&tmax)[2][kChains],
-                                                    const int (&seen)[2], Trace& phases) {
+                                                    Trace& phases) {
   float pm_log2[2];  // log2 of the tile's largest p against the reference
   bool moved = false;
 #pragma unroll
@@ -176,7 +179,7 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
   if (!kMask && __all_sync(0xffffffffu, keeps_tile_sigma(pm_log2[0]) && keeps_tile_sigma(pm_log2[1]))) {
     out.sigma[0] = out.sigma[1] = ks.sigma;
     inv[0] = inv[1] = 1.0f;
-    probabilities<kMask, true, kSteps>(s, ks, sqc, inv, st, seen, sum);
+    probabilities<kMask, true, kSteps>(s, ks, sqc, inv, st, sum);
   } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -187,7 +190,7 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
       out.sigma[r] = fmt::pow2_scale_e4m3(__fmul_rn(pm, y));
       inv[r] = fmt::pow2_reciprocal(out.sigma[r]);
     }
-    probabilities<kMask, false, kSteps>(s, ks, sqc, inv, st, seen, sum);
+    probabilities<kMask, false, kSteps>(s, ks, sqc, inv, st, sum);
   }
   phases.mark(trace::kExpsDone);
 #pragma unroll
@@ -237,7 +240,7 @@ __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float& m = tmax[e >> 1][(2 * n + (e & 1)) % kChains];
     m = ptx::max_nan(m, t);
   });
-  return softmax_from_maxima<kMask, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, seen, phases);
+  return softmax_from_maxima<kMask, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
 }
 
 // An unmasked tile after a row's first: one pass forms t, the maxima's chains and, against
@@ -302,8 +305,7 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
     phases.mark(trace::kExpsDone);
     return false;
   }
-  const int seen[2] = {0, 0};
-  return softmax_from_maxima<false, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, seen, phases);
+  return softmax_from_maxima<false, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
 }
 
 // The key steps a masked tile needs for a warp: up to the last column any of its 16 rows
