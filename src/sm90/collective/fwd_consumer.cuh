@@ -86,8 +86,10 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       const float rows_sq = reinterpret_cast<const float*>(slot + P::kSlotSq)[r0 + 8 * r];
       // Rows past the document (not stored) take sq = 0: their Q rows are the next tokens'
       // codes, whose raw products would jump their maxima past the lazy reference and make
-      // the warp retake tiles; with sq = 0 their scores are 0 (every visited tile shows such
-      // a row at least one key, so its maximum is 0, never -inf * 0).
+      // the warp retake unmasked tiles; with sq = 0 their scores there are 0. In a masked
+      // tile (an item's last: the diagonal, the document's end) such a row sees no key, so
+      // its maximum becomes -inf * 0 = NaN and the warp votes a rescale there: alpha is 1 for
+      // the real rows that kept their reference, so only the path changes, not their bits.
       sq[r] = i0 + 8 * r < item.dt.len ? rows_sq : 0.0f;
       sqc[r] = __fmul_rn(sq[r], p.c);
     }

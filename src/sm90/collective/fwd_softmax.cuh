@@ -124,8 +124,10 @@ __device__ __forceinline__ void for_each_score(const float* keys, F f) {
 // scales (a NaN scale of a hidden key must not reach P8). Selected on t itself rather than
 // on the column test again: keeping that test's 64 predicates across the maxima cost ptxas
 // two LOP3 an element to park them in a register and more to take them back. An unmasked t
-// of -inf (an overflowed product) gives p = 0 and x = 0 * v = 0 as well (v = sv / sigma is
-// finite), unless the row's reference is not finite, where the row's O and l are NaN either way.
+// of -inf (an overflowed product) gives p = 0 and x = 0 * v = 0 in the specification too,
+// except where p or v is not finite: sqc NaN or 0 (a NaN query scale; rows past the document,
+// not stored), mc NaN or ±inf, or a visible key's NaN V scale (Y, hence sigma, NaN). In each
+// of those the row's l or every column of its O is NaN either way; LSE never reads x.
 template <bool kMask, bool kWhole, int kSteps>
 __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks, const float (&sqc)[2],
                                               const float (&inv)[2], const RowState& st, float (&sum)[2][kChains]) {
