@@ -55,9 +55,10 @@ struct TileP {
 // document-local. Masks per element only when kMask.
 // Row reductions run over kChains independent partial results (merged at the end): a single
 // chain of 32 dependent FMNMX/FADD per row would leave the warp waiting on each result.
-// Max is order-free; the specification leaves the addition order inside a tile free.
-// (Measured on H200: 1, 2 and 4 chains time the same within 2 %; docs/PERFORMANCE.md v5.)
-constexpr int kChains = 4;
+// Max is order-free; the specification leaves the addition order inside a tile free. Two
+// chains, not four: the lazy pass's merges and their moves cost 15 instructions a tile at
+// D = 128 and the extra partials 8 spilled bytes (docs/PERFORMANCE.md v102).
+constexpr int kChains = 2;
 
 // A row's new running maximum from its chains of the tile's t (merged, then across the quad,
 // then in S's units: t * sq).
