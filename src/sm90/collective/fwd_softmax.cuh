@@ -58,7 +58,7 @@ struct TileP {
 // Max is order-free; the specification leaves the addition order inside a tile free. Two
 // chains, not four: the lazy pass's merges and their moves cost 15 instructions a tile at
 // D = 128 and the extra partials 8 spilled bytes (docs/PERFORMANCE.md v102).
-constexpr int kChains = 2;
+constexpr int kChains = 1;
 
 // A row's new running maximum from its chains of the tile's t (merged, then across the quad,
 // then in S's units: t * sq).
