@@ -55,9 +55,10 @@ struct TileP {
 // document-local. Masks per element only when kMask.
 // Row reductions run over kChains independent partial results (merged at the end): a single
 // chain of 32 dependent FMNMX/FADD per row would leave the warp waiting on each result.
-// Max is order-free; the specification leaves the addition order inside a tile free.
-// (Measured on H200: 1, 2 and 4 chains time the same within 2 %; docs/PERFORMANCE.md v5.)
-constexpr int kChains = 4;
+// Max is order-free; the specification leaves the addition order inside a tile free. Two
+// chains, not four: the lazy pass's merges and their moves cost 15 instructions a tile at
+// D = 128 and the extra partials 8 spilled bytes (docs/PERFORMANCE.md v102).
+constexpr int kChains = 1;
 
 // A row's new running maximum from its chains of the tile's t (merged, then across the quad,
 // then in S's units: t * sq).
@@ -255,11 +256,9 @@ template <class Trace>
 __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                                   const float (&sqc)[2], const DocMask& mask, int i0, int n0,
                                                   float c, RowState& st, TileP& out, Trace& phases) {
+  // Each chain starts at its first element: max_nan(-inf, t) is t and 0 + p is p (p >= +0 or
+  // NaN), so the same bits without the first FMNMX and FADD of every chain.
   float tmax[2][kChains], sum[2][kChains];
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int k = 0; k < kChains; ++k) tmax[r][k] = -INFINITY, sum[r][k] = 0.0f;
   // As for_each_score: one float4 of sk and one of svn serve n8-tiles 2 n2 and 2 n2 + 1.
   const float4* sk4 = reinterpret_cast<const float4*>(ks.sk) + (lane_id() & 3);
   const float4* svn4 = reinterpret_cast<const float4*>(ks.svn) + (lane_id() & 3);
@@ -273,11 +272,12 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int n = 2 * n2 + h, r = e >> 1, k = (2 * n + (e & 1)) % kChains;
+        const bool first = 2 * n + (e & 1) < kChains;
         const float t = __fmul_rn(s[n][e], skv[2 * h + (e & 1)]);
         s[n][e] = t;
-        tmax[r][k] = ptx::max_nan(tmax[r][k], t);
+        tmax[r][k] = first ? t : ptx::max_nan(tmax[r][k], t);
         const float p = ptx::ex2(__fmaf_rn(t, sqc[r], -st.mc[r]));
-        sum[r][k] = __fadd_rn(sum[r][k], p);
+        sum[r][k] = first ? p : __fadd_rn(sum[r][k], p);
         x[h][e] = __fmul_rn(p, svv[2 * h + (e & 1)]);
       }
     // n8-tiles 2 n2 and 2 n2 + 1 are k32 step n2 / 2, 16-key group half n2 % 2 (as the pack in
