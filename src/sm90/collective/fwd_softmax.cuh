@@ -53,11 +53,11 @@ struct TileP {
 
 // s: Q·Kᵀ of the tile (raw sums). i0: this lane's first row, n0: the tile's first key, both
 // document-local. Masks per element only when kMask.
-// Row reductions run over kChains independent partial results (merged at the end): a single
-// chain of 32 dependent FMNMX/FADD per row would leave the warp waiting on each result.
-// Max is order-free; the specification leaves the addition order inside a tile free. Two
-// chains, not four: the lazy pass's merges and their moves cost 15 instructions a tile at
-// D = 128 and the extra partials 8 spilled bytes (docs/PERFORMANCE.md v102).
+// Row reductions run over kChains partial results a row, merged at the end. One: the exps
+// between a row's FMNMX/FADD steps hide their latency, and each further chain costs merges,
+// moves and registers (two were 2 % slower at D = 128 on an H100, four 6 %; at D = 64, whose
+// every tile waits on its maxima, two were 1.9 % faster: docs/PERFORMANCE.md v102, v102d).
+// Max is order-free; the specification leaves the addition order inside a tile free.
 constexpr int kChains = 1;
 
 // A row's new running maximum from its chains of the tile's t (merged, then across the quad,
