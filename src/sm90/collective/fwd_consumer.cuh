@@ -152,6 +152,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     const int n0 = n * P::kBlockN;
     const DocMask mask{item.dt.len, p.causal};
     bool rescale = false;
+    constexpr int kN = kMaxFirstChains<D>;
     if (mask_needed_for_rows(mask, m0, n0, P::kBlockN)) {
       // A warp whose rows see none of the tile's last 64 keys (the first consumer's on the
       // causal diagonal; rows that end the document early in the tile) skips those two key
@@ -159,11 +160,11 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       const int last_row = m0 + 16 * warp + 15;
       const int steps = masked_key_steps(mask, last_row, n0);
       if (__shfl_sync(0xffffffffu, steps, 0) <= kKeySteps / 2)
-        rescale = softmax_tile<true, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+        rescale = softmax_tile<true, kN, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
       else
-        rescale = softmax_tile<true>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+        rescale = softmax_tile<true, kN>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     } else if (n == 0 || !P::kSpeculativeSoftmax) {
-      rescale = softmax_tile<false>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+      rescale = softmax_tile<false, kN>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     } else {
       rescale = softmax_tile_lazy(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     }

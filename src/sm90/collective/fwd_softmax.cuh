@@ -53,27 +53,32 @@ struct TileP {
 
 // s: Q·Kᵀ of the tile (raw sums). i0: this lane's first row, n0: the tile's first key, both
 // document-local. Masks per element only when kMask.
-// Row reductions run over kChains partial results a row, merged at the end. One: the exps
-// between a row's FMNMX/FADD steps hide their latency, and each further chain costs merges,
-// moves and registers (two were 2 % slower at D = 128 on an H100, four 6 %; at D = 64, whose
-// every tile waits on its maxima, two were 1.9 % faster: docs/PERFORMANCE.md v102, v102d).
-// Max is order-free; the specification leaves the addition order inside a tile free.
-constexpr int kChains = 1;
+// Row reductions run over chains of partial results a row, merged at the end. The lazy pass
+// (D = 128's steady tile) and D = 128's max-first form take one: the exps between a row's
+// FMNMX/FADD steps hide their latency, and each further chain costs merges, moves and
+// registers (two were 2 % slower on an H100, four 6 %). At D = 64, whose every tile takes the
+// max-first form and waits on its maxima, two: one was 1.9 % slower there (docs/PERFORMANCE.md
+// v102). Max is order-free; the specification leaves the addition order inside a tile free.
+template <int D>
+constexpr int kMaxFirstChains = D == 64 ? 2 : 1;
+constexpr int kLazyChains = 1;
 
 // A row's new running maximum from its chains of the tile's t (merged, then across the quad,
 // then in S's units: t * sq).
-__device__ __forceinline__ float row_max_after(float m, const float (&chains)[kChains], float sq) {
+template <int kN>
+__device__ __forceinline__ float row_max_after(float m, const float (&chains)[kN], float sq) {
   float tile_max = chains[0];
 #pragma unroll
-  for (int k = 1; k < kChains; ++k) tile_max = ptx::max_nan(tile_max, chains[k]);
+  for (int k = 1; k < kN; ++k) tile_max = ptx::max_nan(tile_max, chains[k]);
   return ptx::max_nan(m, __fmul_rn(quad_max_nan(tile_max), sq));
 }
 
 // A row's sum of the tile's p from its chains (merged, then across the quad).
-__device__ __forceinline__ float row_sum_of(const float (&chains)[kChains]) {
+template <int kN>
+__device__ __forceinline__ float row_sum_of(const float (&chains)[kN]) {
   float row_sum = chains[0];
 #pragma unroll
-  for (int k = 1; k < kChains; ++k) row_sum = __fadd_rn(row_sum, chains[k]);
+  for (int k = 1; k < kN; ++k) row_sum = __fadd_rn(row_sum, chains[k]);
   return quad_sum(row_sum);
 }
 
@@ -129,11 +134,11 @@ __device__ __forceinline__ void for_each_score(const float* keys, F f) {
 // except where p or v is not finite: sqc NaN or 0 (a NaN query scale; rows past the document,
 // not stored), mc NaN or ±inf, or a visible key's NaN V scale (Y, hence sigma, NaN). In each
 // of those the row's l or every column of its O is NaN either way; LSE never reads x.
-template <bool kMask, bool kWhole, int kSteps>
+template <bool kMask, bool kWhole, int kSteps, int kN>
 __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks, const float (&sqc)[2],
-                                              const float (&inv)[2], const RowState& st, float (&sum)[2][kChains]) {
+                                              const float (&inv)[2], const RowState& st, float (&sum)[2][kN]) {
   for_each_score<kSteps>(kWhole ? ks.svn : ks.sv, [&](int n, int e, float v) {
-    const int r = e >> 1, k = (2 * n + (e & 1)) % kChains;
+    const int r = e >> 1, k = (2 * n + (e & 1)) % kN;
     const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
     sum[r][k] = __fadd_rn(sum[r][k], p);
     float x = __fmul_rn(p, kWhole ? v : __fmul_rn(v, inv[r]));
@@ -149,10 +154,10 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
 //
 // The tile from its t = s * sk (in s) and the chains of their row maxima: the rows' new maxima,
 // the lazy reference (§2 steps 2-3), alpha, P's scale, p and their sums, P8.
-template <bool kMask, int kSteps, class Trace>
+template <bool kMask, int kSteps, int kN, class Trace>
 __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                                     const float (&sqc)[2], const DocMask& mask, int i0, int n0,
-                                                    float c, RowState& st, TileP& out, const float (&tmax)[2][kChains],
+                                                    float c, RowState& st, TileP& out, const float (&tmax)[2][kN],
                                                     Trace& phases) {
   float pm_log2[2];  // log2 of the tile's largest p against the reference
   bool moved = false;
@@ -173,11 +178,11 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
   phases.mark(trace::kMaximaDone);
   // P's scale (ALGORITHM.md §2 step 5): sigma = pow2_scale(pm * Y), Y the maximum of sv over
   // the row's visible keys of the tile; for rows that see the whole tile, the tile's.
-  float sum[2][kChains];
+  float sum[2][kN];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int k = 0; k < kChains; ++k) sum[r][k] = 0.0f;
+    for (int k = 0; k < kN; ++k) sum[r][k] = 0.0f;
   float inv[2];
   if (!kMask && __all_sync(0xffffffffu, keeps_tile_sigma(pm_log2[0]) && keeps_tile_sigma(pm_log2[1]))) {
     out.sigma[0] = out.sigma[1] = ks.sigma;
@@ -217,17 +222,17 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
 // A tile with its maximum first: a masked tile, or a row's first (its reference is not set).
 // Returns whether a row of the warp moved its reference (warp-uniform): else alpha is 1 for
 // every row and the earlier accumulation stays as it is.
-template <bool kMask, int kSteps = kKeySteps, class Trace>
+template <bool kMask, int kN, int kSteps = kKeySteps, class Trace>
 __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
                                              RowState& st, TileP& out, Trace& phases) {
   int seen[2] = {0, 0};
   if constexpr (kMask) mask.visible_keys_of_lane(i0, n0, lane_id() & 3, seen);
-  float tmax[2][kChains];
+  float tmax[2][kN];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int k = 0; k < kChains; ++k) tmax[r][k] = -INFINITY;
+    for (int k = 0; k < kN; ++k) tmax[r][k] = -INFINITY;
   static_assert(kMask || kSteps == kKeySteps, "only a masked tile skips columns");
   // The skipped columns hold x = 0 as the masked form leaves them (writing them keeps the
   // accumulator's registers in use as in the other forms: left alone, ptxas reassigns them
@@ -240,7 +245,7 @@ __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float t = __fmul_rn(s[n][e], sk);
     if (kMask && 8 * n + (e & 1) >= seen[e >> 1]) t = -INFINITY;
     s[n][e] = t;
-    float& m = tmax[e >> 1][(2 * n + (e & 1)) % kChains];
+    float& m = tmax[e >> 1][(2 * n + (e & 1)) % kN];
     m = ptx::max_nan(m, t);
   });
   return softmax_from_maxima<kMask, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
@@ -258,7 +263,7 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
                                                   float c, RowState& st, TileP& out, Trace& phases) {
   // Each chain starts at its first element: max_nan(-inf, t) is t and 0 + p is p (p >= +0 or
   // NaN), so the same bits without the first FMNMX and FADD of every chain.
-  float tmax[2][kChains], sum[2][kChains];
+  float tmax[2][kLazyChains], sum[2][kLazyChains];
   // As for_each_score: one float4 of sk and one of svn serve n8-tiles 2 n2 and 2 n2 + 1.
   const float4* sk4 = reinterpret_cast<const float4*>(ks.sk) + (lane_id() & 3);
   const float4* svn4 = reinterpret_cast<const float4*>(ks.svn) + (lane_id() & 3);
@@ -271,8 +276,8 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int n = 2 * n2 + h, r = e >> 1, k = (2 * n + (e & 1)) % kChains;
-        const bool first = 2 * n + (e & 1) < kChains;
+        const int n = 2 * n2 + h, r = e >> 1, k = (2 * n + (e & 1)) % kLazyChains;
+        const bool first = 2 * n + (e & 1) < kLazyChains;
         const float t = __fmul_rn(s[n][e], skv[2 * h + (e & 1)]);
         s[n][e] = t;
         tmax[r][k] = first ? t : ptx::max_nan(tmax[r][k], t);
