@@ -63,6 +63,13 @@ template <int D>
 constexpr int kMaxFirstChains = D == 64 ? 2 : 1;
 constexpr int kLazyChains = 1;
 
+// The chain of element [n][e] of a lane's score tile (its column 2 n + (e & 1) of the row's
+// 32), and whether it is the chain's first element.
+template <int kN>
+__device__ __forceinline__ int chain_of(int n, int e) { return (2 * n + (e & 1)) % kN; }
+template <int kN>
+__device__ __forceinline__ bool starts_chain(int n, int e) { return 2 * n + (e & 1) < kN; }
+
 // A row's new running maximum from its chains of the tile's t (merged, then across the quad,
 // then in S's units: t * sq).
 template <int kN>
@@ -138,7 +145,7 @@ template <bool kMask, bool kWhole, int kSteps, int kN>
 __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks, const float (&sqc)[2],
                                               const float (&inv)[2], const RowState& st, float (&sum)[2][kN]) {
   for_each_score<kSteps>(kWhole ? ks.svn : ks.sv, [&](int n, int e, float v) {
-    const int r = e >> 1, k = (2 * n + (e & 1)) % kN;
+    const int r = e >> 1, k = chain_of<kN>(n, e);
     const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
     sum[r][k] = __fadd_rn(sum[r][k], p);
     float x = __fmul_rn(p, kWhole ? v : __fmul_rn(v, inv[r]));
@@ -245,7 +252,7 @@ __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float t = __fmul_rn(s[n][e], sk);
     if (kMask && 8 * n + (e & 1) >= seen[e >> 1]) t = -INFINITY;
     s[n][e] = t;
-    float& m = tmax[e >> 1][(2 * n + (e & 1)) % kN];
+    float& m = tmax[e >> 1][chain_of<kN>(n, e)];
     m = ptx::max_nan(m, t);
   });
   return softmax_from_maxima<kMask, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
@@ -276,8 +283,8 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int n = 2 * n2 + h, r = e >> 1, k = (2 * n + (e & 1)) % kLazyChains;
-        const bool first = 2 * n + (e & 1) < kLazyChains;
+        const int n = 2 * n2 + h, r = e >> 1, k = chain_of<kLazyChains>(n, e);
+        const bool first = starts_chain<kLazyChains>(n, e);
         const float t = __fmul_rn(s[n][e], skv[2 * h + (e & 1)]);
         s[n][e] = t;
         tmax[r][k] = first ? t : ptx::max_nan(tmax[r][k], t);
