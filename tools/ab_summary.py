@@ -88,7 +88,7 @@ def bundle(order: List[str], runs: Runs, what: str) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
-    ap.add_argument("--phases", default="fwd,bwd,step", help="comma-separated: quant, fwd, bwd, step")
+    ap.add_argument("--phases", default="fwd,bwd,step", help="comma-separated: quant, fwd, fwdq (the quantizing forward), bwd, step")
     ap.add_argument("--bundle", type=Path, help="write every run into this one JSON")
     ap.add_argument("--what", default="", help="the bundle's description of the trees")
     args = ap.parse_args(argv)
