@@ -4,6 +4,7 @@
 #if defined(FLAMIA_WITH_CUDA)
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -47,6 +48,21 @@ void run_nonfinite(const Case& c, const Bad& bad, int doc, int pos) {
   BwdResult b0, b;
   ASSERT_EQ(r.forward_backward(clean, &f0, &b0), FLAMIA_SUCCESS) << flamia_last_error();
   ASSERT_EQ(r.forward_backward(in, &f, &b), FLAMIA_SUCCESS) << flamia_last_error();
+  {
+    // The forward that quantizes by itself (qkv8_filled = 0, fp8_mixed's non-finite flag
+    // included) and the backward on what it leaves in qkv8: the same bits.
+    FwdResult fq;
+    BwdResult bq;
+    ASSERT_EQ(r.forward_self_quantizing(in, &fq), FLAMIA_SUCCESS) << flamia_last_error();
+    ASSERT_EQ(r.backward_after_forward(&bq), FLAMIA_SUCCESS) << flamia_last_error();
+    EXPECT_EQ(fq.o, f.o) << what << ": O of the quantizing forward";
+    EXPECT_TRUE(fq.lse.size() == f.lse.size() &&
+                std::memcmp(fq.lse.data(), f.lse.data(), f.lse.size() * sizeof(float)) == 0)
+        << what << ": LSE of the quantizing forward (bits)";
+    EXPECT_EQ(bq.dq, b.dq) << what << ": dQ after the quantizing forward";
+    EXPECT_EQ(bq.dk, b.dk) << what << ": dK after the quantizing forward";
+    EXPECT_EQ(bq.dv, b.dv) << what << ": dV after the quantizing forward";
+  }
 
   // Other documents: bit-identical to the clean run, and finite.
   for (auto [t0, t1] : {std::pair<int64_t, int64_t>{0, d0}, std::pair<int64_t, int64_t>{d1, c.tokens()}}) {

@@ -191,6 +191,12 @@ void run_determinism(const Case& c) {
   ASSERT_EQ(r.forward_self_quantizing(in, &f3), FLAMIA_SUCCESS) << flamia_last_error();
   EXPECT_EQ(f1.o, f3.o) << "forward(qkv8_filled=0) != quantize + forward(qkv8_filled=1), " << c.describe();
   EXPECT_EQ(f1.lse, f3.lse) << "LSE: forward(qkv8_filled=0) != quantize + forward, " << c.describe();
+  // And what it leaves in qkv8 (poisoned before it) gives the backward the same gradients.
+  BwdResult b3;
+  ASSERT_EQ(r.backward_after_forward(&b3), FLAMIA_SUCCESS) << flamia_last_error();
+  EXPECT_EQ(b1.dq, b3.dq) << "dQ after forward(qkv8_filled=0) differs, " << c.describe();
+  EXPECT_EQ(b1.dk, b3.dk) << "dK after forward(qkv8_filled=0) differs, " << c.describe();
+  EXPECT_EQ(b1.dv, b3.dv) << "dV after forward(qkv8_filled=0) differs, " << c.describe();
   // Again on the same filled qkv8 (the last step's quantization), O and LSE poisoned first:
   // the fast forward takes its work items from a counter in qkv8, which every call's first
   // kernel must start from zero, or this call would skip items and leave poison behind.
