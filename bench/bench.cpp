@@ -9,8 +9,7 @@
 // L2 cache is flushed (a 256 MiB memset) before every timed region so that inputs come from
 // HBM; warm-up iterations, then the median of N. Phases: quantize (flamia_quantize_qkv, the
 // fused q/k/v pass), forward (flamia_forward with qkv8_filled = 1), the quantizing forward
-// (qkv8_filled = 0: quantization and forward as a training step calls them; the fast forward
-// then quantizes q itself), backward (flamia_backward, which quantizes dO itself), and the
+// (qkv8_filled = 0: quantization and forward in the one call a training step makes), backward (flamia_backward, which quantizes dO itself), and the
 // step, timed separately as one region: the quantizing forward and the backward back to back
 // (what a training step pays).
 //
@@ -359,8 +358,8 @@ class RandomFill {
 
 struct Timing {
   // median ms: quant = flamia_quantize_qkv, fwd = flamia_forward on the filled qkv8 (the
-  // kernel), fwdq = flamia_forward quantizing itself (what a training step runs: the fast
-  // forward then quantizes q inside), step = fwdq + bwd.
+  // kernel), fwdq = flamia_forward quantizing itself (the call a training step makes),
+  // step = fwdq + bwd.
   double quant = NAN, fwd = NAN, fwdq = NAN, bwd = NAN, step = NAN;
 };
 
