@@ -3,6 +3,8 @@
 //    checks finding the leak under per-tensor and 32-token-block scales (so they have teeth);
 //  - accuracy against float64 under stated bounds (docs/NUMERICS.md);
 //  - a loud document in the pack; outlier tokens (reported).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -396,6 +398,79 @@ TEST(PropertyOutliers, ReportErrorsForEveryScheme) {
       EXPECT_TRUE(all_finite(out.o) && all_finite(out.lse) && all_finite(out.dq) && all_finite(out.dk) &&
                   all_finite(out.dv));
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// An attention sink with a zero value row: each document's first key takes most of every
+// row's attention (its logit ~6 above the others) and its V row is 0, so its V scale is the
+// smallest (2^-126) and its P8 codes round to 0. Its p must still count in the row's
+// denominator l (§2 step 4 sums the unquantized p); a denominator built from P8 (a row-sum
+// column of the P·V product, docs/PERFORMANCE.md "the row-sum probes") would leave it out
+// and inflate O by 1 / (1 - the sink's share). The reference is float64 attention on q's and
+// k's dequantized FP8 values (§1), so that the logits' FP8 rounding — large at a logit of ~6 —
+// is shared and what is left is P's, V's and the sums'; the test also computes the error the
+// sink-less denominator would give, to show that the bound catches it.
+// ---------------------------------------------------------------------------------------
+std::vector<double> dequantized_rows(const Bits& x, int64_t tokens, int heads, int dim) {
+  std::vector<double> out(x.size());
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const size_t e0 = (size_t(t) * heads + h) * dim;
+      float amax = 0.0f;
+      for (int d = 0; d < dim; ++d) amax = std::max(amax, std::fabs(from_bf16(x[e0 + d])));
+      const float scale = fmt::pow2_scale(amax);
+      for (int d = 0; d < dim; ++d)
+        out[e0 + d] = double(fmt::e4m3_to_f32(fmt::quantize_e4m3(from_bf16(x[e0 + d]), scale))) * double(scale);
+    }
+  return out;
+}
+
+TEST(PropertySink, AZeroValueSinkStaysInTheDenominator) {
+  const int hq = 2, hkv = 1, D = 128;
+  Pack pk = random_pack({160, 97, 300}, hq, hkv, D, true, 41);
+  const int64_t T = pk.p.total_tokens;
+  for (int b = 0; b < pk.p.num_docs(); ++b) {
+    const int64_t t0 = pk.doc_begin(b), t1 = pk.doc_end(b);
+    for (int h = 0; h < hkv; ++h)
+      for (int d = 0; d < D; ++d) {
+        pk.k[(size_t(t0) * hkv + h) * D + d] = to_bf16(d == 0 ? 16.0f : 0.0f);
+        pk.v[(size_t(t0) * hkv + h) * D + d] = to_bf16(0.0f);
+      }
+    // Every query's component 0 raised so that its logit with the sink is ~6 above the others'.
+    for (int64_t t = t0; t < t1; ++t)
+      for (int h = 0; h < hq; ++h) {
+        uint16_t& x = pk.q[(size_t(t) * hq + h) * D];
+        x = to_bf16(from_bf16(x) + 6.0f / (16.0f * pk.p.softmax_scale));
+      }
+  }
+  const std::vector<double> q = dequantized_rows(pk.q, T, hq, D), k = dequantized_rows(pk.k, T, hkv, D),
+                            v = to_double(pk.v);
+  std::vector<double> o_ref(size_t(T) * hq * D), lse_ref(size_t(T) * hq);
+  exact_forward(pk.p, q.data(), k.data(), v.data(), o_ref.data(), lse_ref.data());
+  // What a denominator without the sink would give: O / (1 - share), share = exp(s_0 - LSE).
+  std::vector<double> o_without(o_ref.size());
+  double share_sum = 0.0;
+  for (int b = 0; b < pk.p.num_docs(); ++b) {
+    const int64_t t0 = pk.doc_begin(b), t1 = pk.doc_end(b);
+    for (int64_t t = t0; t < t1; ++t)
+      for (int h = 0; h < hq; ++h) {
+        const size_t e0 = (size_t(t) * hq + h) * D;
+        const double s0 = q[e0] * k[size_t(t0) * hkv * D] * double(pk.p.softmax_scale);
+        const double share = std::exp(s0 - lse_ref[size_t(h) * T + t]);
+        share_sum += share;
+        for (int d = 0; d < D; ++d) o_without[e0 + d] = t == t0 ? 0.0 : o_ref[e0 + d] / (1.0 - share);
+      }
+  }
+  const double share_mean = share_sum / double(T * hq), err_without = rel_l2(o_without, o_ref);
+  std::printf("  zero-value sink: mean share %.3f, O error of a denominator without it %.3f\n", share_mean,
+              err_without);
+  EXPECT_GT(share_mean, 0.5);
+  EXPECT_GT(err_without, 1.0);
+  const Outputs out = run_emulation(pk, config(Scheme::PerToken, FLAMIA_RECIPE_FP8), false);
+  const double e_o = rel_l2(out.o, o_ref), e_lse = rel_l2(out.lse, lse_ref);
+  std::printf("  zero-value sink: O %.4f  LSE %.2e against float64 on the dequantized q, k\n", e_o, e_lse);
+  EXPECT_LT(e_o, 0.08);
+  EXPECT_LT(e_lse, 2e-5);
 }
 
 }  // namespace
