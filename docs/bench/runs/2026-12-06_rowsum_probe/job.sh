@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The row-sum probes (branch probe-rowsum: pra = 70a1c2d, prb = a6796a4) against main's
+# The row-sum probes (branch probe-rowsum: pra = 70a1c2d, prb = a6796a4; their changes to src/ kept
+# here as probe_a.diff, against main, and probe_b_on_a.diff) against main's
 # kernels (.ab/main, 04466f5's tree: the same source), the filled forward only.
 # Trees: tools/make_trees.sh pra=probe-rowsum~1 prb=probe-rowsum, each built for
 # libflamia.so and flamia_bench only into .ab/NAME/prebuilt (with COMMIT).
