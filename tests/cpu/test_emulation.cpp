@@ -16,36 +16,6 @@ namespace {
 // ---------------------------------------------------------------------------------------
 // Literal transcription of docs/ALGORITHM.md. Slow and simple on purpose.
 // ---------------------------------------------------------------------------------------
-float nanmax(float a, float b) { return (std::isnan(a) || std::isnan(b)) ? NAN : (a > b ? a : b); }
-
-struct Quantized {
-  std::vector<float> x8, s, raw;  // element values, scales [T, H], BF16 input values
-  int H, D;
-  float e(int64_t t, int h, int d) const { return x8[(t * H + h) * D + d]; }
-  float r(int64_t t, int h, int d) const { return raw[(t * H + h) * D + d]; }
-  float sc(int64_t t, int h) const { return s[t * H + h]; }
-};
-
-Quantized literal_quantize(const Bits& x, int64_t T, int H, int D, Scheme scheme) {
-  Quantized out{std::vector<float>(x.size()), std::vector<float>(T * H, 1.0f), std::vector<float>(x.size()), H, D};
-  for (size_t e = 0; e < x.size(); ++e) out.raw[e] = from_bf16(x[e]);
-  for (int h = 0; h < H; ++h)
-    for (int64_t t = 0; t < T; ++t) {
-      int64_t g0 = t, g1 = t + 1;  // tokens sharing t's scale
-      if (scheme == Scheme::PerTensor) { g0 = 0; g1 = T; }
-      if (scheme == Scheme::TokenBlock32) { g0 = t - t % 32; g1 = std::min<int64_t>(g0 + 32, T); }
-      float amax = 0.0f;
-      for (int64_t u = g0; u < g1; ++u)
-        for (int d = 0; d < D; ++d) amax = nanmax(amax, std::fabs(out.r(u, h, d)));
-      const float s = scheme == Scheme::Bf16 ? 1.0f : fmt::pow2_scale(amax);
-      out.s[t * H + h] = s;
-      for (int d = 0; d < D; ++d)
-        out.x8[(t * H + h) * D + d] =
-            scheme == Scheme::Bf16 ? out.r(t, h, d) : fmt::e4m3_to_f32(fmt::quantize_e4m3(out.r(t, h, d), s));
-    }
-  return out;
-}
-
 // Rounds values for a matmul: FP8 with the scale of their max, or BF16 (scale 1).
 float literal_round(std::vector<float>& x, bool fp8) {
   if (!fp8) {

@@ -411,17 +411,11 @@ TEST(PropertyOutliers, ReportErrorsForEveryScheme) {
 // is shared and what is left is P's, V's and the sums'; the test also computes the error the
 // sink-less denominator would give, to show that the bound catches it.
 // ---------------------------------------------------------------------------------------
+// q's or k's per-token quantized values (§1, test_util.h's literal transcription) in float64.
 std::vector<double> dequantized_rows(const Bits& x, int64_t tokens, int heads, int dim) {
+  const Quantized qz = literal_quantize(x, tokens, heads, dim, Scheme::PerToken);
   std::vector<double> out(x.size());
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int h = 0; h < heads; ++h) {
-      const size_t e0 = (size_t(t) * heads + h) * dim;
-      float amax = 0.0f;
-      for (int d = 0; d < dim; ++d) amax = std::max(amax, std::fabs(from_bf16(x[e0 + d])));
-      const float scale = fmt::pow2_scale(amax);
-      for (int d = 0; d < dim; ++d)
-        out[e0 + d] = double(fmt::e4m3_to_f32(fmt::quantize_e4m3(from_bf16(x[e0 + d]), scale))) * double(scale);
-    }
+  for (size_t e = 0; e < x.size(); ++e) out[e] = double(qz.x8[e]) * double(qz.s[e / size_t(dim)]);
   return out;
 }
 
