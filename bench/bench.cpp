@@ -9,9 +9,9 @@
 // L2 cache is flushed (a 256 MiB memset) before every timed region so that inputs come from
 // HBM; warm-up iterations, then the median of N. Phases: quantize (flamia_quantize_qkv, the
 // fused q/k/v pass), forward (flamia_forward with qkv8_filled = 1), the quantizing forward
-// (qkv8_filled = 0: quantization and forward in the one call a training step makes), backward (flamia_backward, which quantizes dO itself), and the
-// step, timed separately as one region: the quantizing forward and the backward back to back
-// (what a training step pays).
+// (qkv8_filled = 0: quantization and forward in the one call a training step makes), backward
+// (flamia_backward, which quantizes dO itself), and the step, timed separately as one region:
+// the quantizing forward and the backward back to back (what a training step pays).
 //
 // Without an sm_90 GPU it says so and runs the CPU numerics study (flamia_numerics --quick, built
 // next to this binary) instead, so that the project's main command is useful everywhere.
