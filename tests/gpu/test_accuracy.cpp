@@ -154,6 +154,35 @@ TEST(GpuHugeLogits, RowSigmaOnWholeTilesMatchesSpec) {
   }
 }
 
+// ---- the lazy reference moving on later tiles -------------------------------------------------
+
+// q and k carry a ramp r_t on element 0 (r from 2 to 40 over each document) beside their
+// random values, so a row's scores grow along its keys by ~4.7 in exp2's argument a 128-key
+// tile: its reference moves on nearly every tile after its first, and every unmasked later
+// tile of the fast forward takes its lazy pass, finds a row that moved and takes the tile again
+// with its maxima first (fwd_softmax.cuh) — rare on the other cases' inputs.
+TEST(GpuLazyReference, MovesOnLaterTilesMatchSpec) {
+  for (int d : {64, 128})
+    for (bool causal : {true, false}) {
+      const Case c = make_case(cu_from_lengths({1024, 300}), FLAMIA_RECIPE_FP8, d, 2, 1, causal);
+      Inputs in = make_inputs(c, 91 + d);
+      int64_t t0 = 0;
+      for (size_t doc = 0; doc + 1 < c.cu.size(); ++doc) {
+        const int len = c.cu[doc + 1] - c.cu[doc];
+        for (int i = 0; i < len; ++i, ++t0) {
+          const float r = 2.0f + 38.0f * float(i) / float(len);
+          for (int h = 0; h < c.hq; ++h) in.q[(size_t(t0) * c.hq + h) * d] = bf16(r);
+          in.k[size_t(t0) * c.hkv * d] = bf16(r);
+        }
+      }
+      CheckOptions opt;
+      opt.exact = false;
+      opt.backward = false;
+      opt.inputs = &in;
+      check_against_references(c, opt);
+    }
+}
+
 // ---- softmax_scale ----------------------------------------------------------------------------
 
 // softmax_scale = 0 selects 1/sqrt(D): for D = 64 that is exactly 0.125, so the two calls must
