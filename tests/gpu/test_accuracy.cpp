@@ -157,10 +157,12 @@ TEST(GpuHugeLogits, RowSigmaOnWholeTilesMatchesSpec) {
 // ---- the lazy reference moving on later tiles -------------------------------------------------
 
 // q and k carry a ramp r_t on element 0 (r from 2 to 40 over each document) beside their
-// random values, so a row's scores grow along its keys by ~4.7 in exp2's argument a 128-key
-// tile: its reference moves on nearly every tile after its first, and every unmasked later
-// tile of the fast forward takes its lazy pass, finds a row that moved and takes the tile again
-// with its maxima first (fwd_softmax.cuh) — rare on the other cases' inputs.
+// random values, so row i's scores grow along its keys by about r_i * 4.75 * c in exp2's
+// argument a 128-key tile of the 1024-token document (more in the 300-token one): past the
+// lazy reference's threshold of 3 for all but its first rows, whose reference then moves on
+// every tile. So every unmasked later tile of the fast forward takes its lazy pass, finds a
+// row that moved and takes the tile again with its maxima first (fwd_softmax.cuh), which the
+// other cases' inputs rarely make it do.
 TEST(GpuLazyReference, MovesOnLaterTilesMatchSpec) {
   for (int d : {64, 128})
     for (bool causal : {true, false}) {
