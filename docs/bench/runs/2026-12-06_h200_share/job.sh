@@ -11,17 +11,6 @@ echo "$gpu"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
 date -u +%Y-%m-%dT%H:%M:%SZ; cat .ab/main/prebuilt/COMMIT
 mkdir -p training && tar -C training -xJf .ab/data/data.tar.xz
-export FLAMIA_LIBRARY=$PWD/.ab/main/prebuilt/libflamia.so PYTHONPATH=$PWD/.ab/main/python
-for seed in 1 2 3; do
-  for setting in "long:--head-dim 128 --pack-tokens 65536 --max-doc-len 16384" "short:"; do
-    name=${setting%%:*} args=${setting#*:}
-    for r in bf16 fp8_mixed fp8; do
-      (( SECONDS < 500 )) || break 3
-      timeout 90 python3 training/attention_share.py --recipe $r --seed $seed $args --out $OUT/share-$name.jsonl \
-        > $OUT/log-$name-$r-$seed.txt 2>&1 || echo "share $name $r $seed failed: $(tail -3 $OUT/log-$name-$r-$seed.txt)"
-    done
-  done
-done
+DEADLINE=500 bash tools/share_rounds.sh .ab/main
 cat $OUT/share-long.jsonl $OUT/share-short.jsonl 2>/dev/null
-rm -f $OUT/log-*
 echo "share done after $SECONDS s"
