@@ -5,9 +5,10 @@ FLAMIA_FWD_TRACE=FILE records (src/sm90/kit/phase_trace.cuh; the forward call wr
     FLAMIA_FWD_TRACE=fwd.trace build/flamia_bench --workloads fixed-16k --recipes fp8 --iters 1
     python3 tools/fwd_trace_summary.py fwd.trace
 
-Each warp's marks split its time into the phase that ends at each mark: the ring wait (ends
-when the next tile's stage has landed; at an item's end it also holds the wait for the next
-item's announcement), P·V (issued, S(n + 1) issued behind it, P·V waited for), the fold (at
+Each warp's marks split its time into the phase that ends at each mark: what comes before
+the ring wait (from the softmax's end, or an item's set-up, to the next tile's stage wait; at
+an item's end it also holds the wait for the next item's announcement), the ring wait (the
+stage barrier's wait itself; traces before that mark existed count both as the ring wait), P·V (issued, S(n + 1) issued behind it, P·V waited for), the fold (at
 D = 64 also S(n + 1)'s issue), the wait for S, the softmax in three parts (the maxima, with
 the wait for the key-scale warp's values; the exps; the rest), the epilogue (with the release of the stages of tiles the warp does not
 compute) and the next item's set-up (with the items a warp has no rows of). Printed: each
@@ -23,11 +24,11 @@ import struct
 import sys
 
 EVENTS = ["item_start", "stage_landed", "scores_done", "softmax_done", "pv_done", "fold_done", "item_end",
-          "maxima_done", "exps_done"]
+          "maxima_done", "exps_done", "stage_wait"]
 # The phase that ends at each mark. Inside the softmax, the marks split it into the maxima
 # (with the key-scale wait and K's scales), the exps (with their partial sums and P's V
 # scale) and what follows ("softmax": the row sums' merge and P8's packing).
-PHASE_OF = {"stage_landed": "ring wait", "pv_done": "P·V issue and wait", "fold_done": "fold",
+PHASE_OF = {"stage_wait": "before ring wait", "stage_landed": "ring wait", "pv_done": "P·V issue and wait", "fold_done": "fold",
             "scores_done": "S wait", "softmax_done": "softmax", "item_end": "epilogue",
             "item_start": "item set-up", "maxima_done": "softmax-maxima", "exps_done": "softmax-exps"}
 EMPTY = (1 << 64) - 1

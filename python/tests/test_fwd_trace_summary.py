@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EV = {"item_start": 0, "stage_landed": 1, "scores_done": 2, "softmax_done": 3, "pv_done": 4, "fold_done": 5,
-      "item_end": 6, "maxima_done": 7, "exps_done": 8}
+      "item_end": 6, "maxima_done": 7, "exps_done": 8, "stage_wait": 9}
 EMPTY = (1 << 64) - 1
 
 
@@ -67,6 +67,19 @@ def test_softmax_parts_and_overlap_from_its_start(tmp_path):
     assert "4.5 %" in lines["softmax"], r.stdout
     assert any(line.strip().startswith("softmax in all") and "36.4 %" in line for line in r.stdout.splitlines())
     assert r.stdout.splitlines()[-1].endswith("50.0 %"), r.stdout
+
+
+def test_stage_wait_splits_the_ring_wait(tmp_path):
+    # The stage wait's mark splits what preceded the stage's landing: 6 cycles before the
+    # barrier's wait (after the item set-up here), 4 in it; the rest as in tile().
+    seq = tile(0)
+    seq.insert(1, ("stage_wait", 6))
+    path = tmp_path / "t.trace"
+    write_trace(path, [seq])
+    r = run(path)
+    assert r.returncode == 0, r.stderr
+    lines = {line[:22].strip(): line for line in r.stdout.splitlines()[1:]}
+    assert "5.5 %" in lines["before ring wait"] and "3.6 %" in lines["ring wait"], r.stdout
 
 
 def test_rejects_other_files(tmp_path):

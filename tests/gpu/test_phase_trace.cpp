@@ -1,8 +1,8 @@
 // FLAMIA_FWD_TRACE=FILE (kit/phase_trace.cuh): the forward runs the traced kernel, which must
 // give the production kernel's bits, and writes its consumer warps' phase clocks — a header
 // naming the shape, then per warp marks whose clocks do not go back, whose events are the
-// consumer's (every tile's S, softmax with its two inner marks, P·V and fold marked once), as
-// tools/fwd_trace_summary.py reads them.
+// consumer's (every tile's stage wait, S, softmax with its two inner marks, P·V and fold
+// marked once), as tools/fwd_trace_summary.py reads them.
 #if defined(FLAMIA_WITH_CUDA)
 
 #include <cstdint>
@@ -63,19 +63,20 @@ void expect_traced_forward(const Case& c, uint64_t seed) {
   EXPECT_EQ(t.warps, c.d == 64 ? 12 : 8) << "the consumer warps of a CTA";
   int64_t tiles = 0;
   for (int64_t w = 0; w < t.ctas * t.warps; ++w) {
-    int64_t count[9] = {};
+    int64_t count[10] = {};
     uint64_t last = 0;
     for (int64_t i = 0; i < t.cap; ++i) {
       const uint64_t x = t.marks[size_t(w * t.cap + i)];
       if (x == ~uint64_t(0)) break;
       const uint64_t e = x >> 56, clock = x & ((uint64_t(1) << 56) - 1);
-      ASSERT_LT(e, 9u) << "warp " << w << " mark " << i;
+      ASSERT_LT(e, 10u) << "warp " << w << " mark " << i;
       EXPECT_GE(clock, last) << "warp " << w << " mark " << i << ": the clock went back";
       last = clock;
       ++count[e];
     }
     // Every computed tile: its stage, S, softmax (its maxima and exps inside), P·V and fold
     // once; every item started is ended.
+    EXPECT_EQ(count[9], count[1]) << "warp " << w << ": the stage wait's mark";
     EXPECT_EQ(count[1], count[2]) << "warp " << w;
     EXPECT_EQ(count[2], count[3]) << "warp " << w;
     EXPECT_EQ(count[3], count[4]) << "warp " << w;

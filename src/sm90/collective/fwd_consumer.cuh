@@ -257,6 +257,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   };
   // The current item's first S, nothing in flight.
   auto first_scores = [&](ScoreTile& sc) {
+    phases.mark(trace::kStageWait);
     mbar::wait(full0 + 8 * stage_of(0), phase_of(0));
     phases.mark(trace::kStageLanded);
     issue_scores(sc, 0, q_tile(qb));
@@ -286,6 +287,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     first_scores(sc);
     for (;;) {
       for (int n = 0; n + 1 < mine; ++n) {
+        phases.mark(trace::kStageWait);
         mbar::wait(full0 + 8 * stage_of(n + 1), phase_of(n + 1));
         phases.mark(trace::kStageLanded);
         pv_fold_scores(sc, n, n + 1, q_tile(qb), [] {});
@@ -299,6 +301,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       more = next_announced();
       if (!more || !newest_is_mine()) break;
       const int span = item.num_key_tiles;
+      phases.mark(trace::kStageWait);
       mbar::wait(full0 + 8 * stage_of(span), phase_of(span));
       phases.mark(trace::kStageLanded);
       pv_fold_scores(sc, mine - 1, span, q_tile(newest_buffer()), [&] {

@@ -1,6 +1,6 @@
 // Phase clocks of the fast forward's consumer warps: when each warp's tiles reach the points
-// that bound its phases (its stage landed, S done, softmax done, P·V done, fold done) and two
-// points inside the softmax, read from the SM's cycle counter by lane 0. What ncu's
+// that bound its phases (its stage wait begun and its stage landed, S done, softmax done, P·V
+// done, fold done) and two points inside the softmax, read from the SM's cycle counter by lane 0. What ncu's
 // per-instruction stall samples cannot show: how long each phase lasts tile by tile, and
 // whether the consumer warps of a scheduler (two at D = 128, three at D = 64) are in their
 // softmax at the same time. The production kernel takes `Off` (no code); FLAMIA_FWD_TRACE=FILE
@@ -28,6 +28,9 @@ enum Event : uint32_t {
   // Inside the softmax (fwd_softmax.cuh), between kScoresDone and kSoftmaxDone:
   kMaximaDone = 7,  // the rows' new maxima and alpha formed (after the key-scale wait, K's scales)
   kExpsDone = 8,    // the exps, their partial sums and P's V scale applied
+  // Just before the next tile's stage wait (between kSoftmaxDone, or an item's set-up, and
+  // kStageLanded): what precedes the barrier's wait and the wait itself, told apart.
+  kStageWait = 9,
 };
 
 struct Off {
