@@ -15,7 +15,10 @@ compute) and the next item's set-up (with the items a warp has no rows of). Prin
 phase's share of the warps' traced time, the cycles a warp-tile, and how much of a warp's
 softmax time another consumer warp of its scheduler (consumer warp w runs on scheduler
 w mod 4) spends in its softmax too. The traced kernel is not the production kernel (the marks
-add ~60 instructions a warp-tile, and registers shift), and flamia_bench's time with the
+add ~60 instructions a warp-tile, and registers shift), and each mark adds ~170 cycles to the
+phase it ends (one more mark lengthened the traced warp-tile by 167 cycles, H100): a phase of
+a few hundred cycles is mostly its mark, so compare phases across versions, not against zero.
+flamia_bench's time with the
 variable set also holds the trace's copies: set the cycles a warp-tile printed here against
 the plain kernel's (its time x the SM clock / the tiles a consumer warp computes).
 """
