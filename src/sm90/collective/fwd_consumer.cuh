@@ -109,6 +109,13 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   // Tile n's stage and phase in the ring (n may run past the item: its successor's tiles).
   auto stage_of = [&](int n) { return (kv + n) % P::kStages; };
   auto phase_of = [&](int n) { return ((kv + n) / P::kStages) & 1; };
+  // Tile n's stage has landed, for a tile this consumer computes (the phase clocks mark the
+  // wait's start and end apart).
+  auto wait_landed = [&](int n) {
+    phases.mark(trace::kStageWait);
+    mbar::wait(full0 + 8 * stage_of(n), phase_of(n));
+    phases.mark(trace::kStageLanded);
+  };
   // A tile this consumer does not compute: its stage released once loaded (an arrival before
   // the fill would count toward the stage's previous use).
   auto release = [&](int n) {
@@ -257,9 +264,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   };
   // The current item's first S, nothing in flight.
   auto first_scores = [&](ScoreTile& sc) {
-    phases.mark(trace::kStageWait);
-    mbar::wait(full0 + 8 * stage_of(0), phase_of(0));
-    phases.mark(trace::kStageLanded);
+    wait_landed(0);
     issue_scores(sc, 0, q_tile(qb));
     mma::wait<0>();
     mma::pin(sc);
@@ -287,9 +292,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     first_scores(sc);
     for (;;) {
       for (int n = 0; n + 1 < mine; ++n) {
-        phases.mark(trace::kStageWait);
-        mbar::wait(full0 + 8 * stage_of(n + 1), phase_of(n + 1));
-        phases.mark(trace::kStageLanded);
+        wait_landed(n + 1);
         pv_fold_scores(sc, n, n + 1, q_tile(qb), [] {});
         softmax(sc, n + 1);
       }
@@ -301,9 +304,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       more = next_announced();
       if (!more || !newest_is_mine()) break;
       const int span = item.num_key_tiles;
-      phases.mark(trace::kStageWait);
-      mbar::wait(full0 + 8 * stage_of(span), phase_of(span));
-      phases.mark(trace::kStageLanded);
+      wait_landed(span);
       pv_fold_scores(sc, mine - 1, span, q_tile(newest_buffer()), [&] {
         end_item();
         begin_item();

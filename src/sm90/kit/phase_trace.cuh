@@ -1,11 +1,11 @@
 // Phase clocks of the fast forward's consumer warps: when each warp's tiles reach the points
 // that bound its phases (its stage wait begun and its stage landed, S done, softmax done, P·V
-// done, fold done) and two points inside the softmax, read from the SM's cycle counter by lane 0. What ncu's
-// per-instruction stall samples cannot show: how long each phase lasts tile by tile, and
-// whether the consumer warps of a scheduler (two at D = 128, three at D = 64) are in their
-// softmax at the same time. The production kernel takes `Off` (no code); FLAMIA_FWD_TRACE=FILE
-// launches the kernel instantiated with `Clocks` and writes the records
-// (kernels/forward_fast.cu; tools/fwd_trace_summary.py reads them).
+// done, fold done) and two points inside the softmax, read from the SM's cycle counter by
+// lane 0. What ncu's per-instruction stall samples cannot show: how long each phase lasts
+// tile by tile, and whether the consumer warps of a scheduler (two at D = 128, three at
+// D = 64) are in their softmax at the same time. The production kernel takes `Off` (no
+// code); FLAMIA_FWD_TRACE=FILE launches the kernel instantiated with `Clocks` and writes the
+// records (kernels/forward_fast.cu; tools/fwd_trace_summary.py reads them).
 #pragma once
 
 #include <cstdint>
