@@ -28,6 +28,11 @@ def run(path):
                           capture_output=True, text=True)
 
 
+def phase_lines(stdout):
+    """The summary's lines after its header, by their name column (names may hold spaces)."""
+    return {line[:22].strip(): line for line in stdout.splitlines()[1:]}
+
+
 # One tile each after the item start: stage 10, S 20, softmax 40 (warp 0: 130..170).
 def tile(t0):
     return [("item_start", t0), ("stage_landed", t0 + 10), ("scores_done", t0 + 30), ("softmax_done", t0 + 70),
@@ -45,7 +50,7 @@ def test_phases_and_same_scheduler_overlap(tmp_path):
     out = r.stdout
     assert "3 warp-tiles" in out and "110 cycles a warp-tile" in out
     # softmax 40 of each warp's 110 cycles
-    assert any(line.split()[0] == "softmax" and "36.4 %" in line for line in out.splitlines()), out
+    assert "36.4 %" in phase_lines(out)["softmax"], out
     # Warp 0: 20 of 40 shared with warp 4, warp 4 the same; warp 1 shares nothing: 40 / 120.
     assert "33.3 %" in out.splitlines()[-1], out
 
@@ -61,11 +66,10 @@ def test_softmax_parts_and_overlap_from_its_start(tmp_path):
     write_trace(path, [fine(0), [], [], [], fine(20)])
     r = run(path)
     assert r.returncode == 0, r.stderr
-    # The phase lines: a name, then its share.
-    lines = {line.split()[0]: line for line in r.stdout.splitlines()[1:] if line.split()[1][0].isdigit()}
+    lines = phase_lines(r.stdout)
     assert "9.1 %" in lines["softmax-maxima"] and "22.7 %" in lines["softmax-exps"], r.stdout
     assert "4.5 %" in lines["softmax"], r.stdout
-    assert any(line.strip().startswith("softmax in all") and "36.4 %" in line for line in r.stdout.splitlines())
+    assert "36.4 %" in lines["softmax in all"], r.stdout
     assert r.stdout.splitlines()[-1].endswith("50.0 %"), r.stdout
 
 
@@ -78,7 +82,7 @@ def test_stage_wait_splits_the_ring_wait(tmp_path):
     write_trace(path, [seq])
     r = run(path)
     assert r.returncode == 0, r.stderr
-    lines = {line[:22].strip(): line for line in r.stdout.splitlines()[1:]}
+    lines = phase_lines(r.stdout)
     assert "5.5 %" in lines["before ring wait"] and "3.6 %" in lines["ring wait"], r.stdout
 
 
