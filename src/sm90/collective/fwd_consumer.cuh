@@ -197,7 +197,8 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       mma::rs(fresh, tp.p8[kk], mma::desc<P::kVtRowBytes>(stage + P::kVt, kk), kk > 0);
     mma::commit();
   };
-  // acc = acc + sigma * fresh, once P·V(n) is done (the caller waited); acc was rescaled by
+  // acc = acc + sigma * fresh, once P·V(n) is done (the caller waited), and the tile's row sums
+  // into l (add_row_sums, in S's shadow like the rest of the fold); acc was rescaled by
   // alpha in the softmax of n where a reference moved (ALGORITHM.md §2 step 6: sigma * fresh
   // is exact, so the FFMA rounds what acc * alpha + sigma * fresh does).
   auto fold = [&](float (&fresh)[D / 8][4], int n) {
@@ -206,6 +207,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     // This warp is done with the stage: every lane releases its own reads of the stage's
     // scales (softmax), so that no ordering rests on lanes other than the arriving one.
     mbar::arrive(empty0 + 8 * stage_of(n));
+    add_row_sums(rows, tp);
     // The item's first tile (kFirstFoldWrites): acc * alpha is +0 (acc 0, alpha 0 before any
     // maximum), so acc = fmaf(sigma, fresh, +0) — the same bits, a signed zero included —
     // without zeroing acc at the hand-over.

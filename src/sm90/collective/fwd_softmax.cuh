@@ -36,7 +36,7 @@ constexpr int kKeySteps = tiles::kFwdBlockN / 32;  // k32 steps of P·V over a k
 struct RowState {
   float m[2] = {-INFINITY, -INFINITY};  // running max of S (NaN-propagating)
   float mc[2] = {0.0f, 0.0f};           // the reference p is taken against: m * c when it last moved
-  float l[2] = {0.0f, 0.0f};            // running sum of p
+  float l[2] = {0.0f, 0.0f};            // running sum of p (to the last tile folded: add_row_sums)
 };
 
 // The lazy reference's threshold (common/tiles.h): p <= 2^kRescaleLog2 = kRescaleP, and P's
@@ -44,12 +44,21 @@ struct RowState {
 constexpr float kRescaleLog2 = float(tiles::kFwdRescaleLog2);
 constexpr float kRescaleP = float(1 << tiles::kFwdRescaleLog2);
 
-// What one key tile hands to its P·V product: the FP8 A operand, P's per-row scale sigma and
-// the factor alpha that rescales the rows' earlier accumulation.
+// What one key tile hands to its P·V product: the FP8 A operand, P's per-row scale sigma, the
+// factor alpha that rescales the rows' earlier accumulation, and this lane's part of the rows'
+// sums of p. The sums reach l in the fold (add_row_sums), after P·V and the next S are issued:
+// their quad shuffles before the issue held it back, the issue being in order.
 struct TileP {
   uint32_t p8[kKeySteps][4];  // k32 step kk, register r
   float sigma[2], alpha[2];
+  float lane_sum[2];
 };
+
+// l = l * alpha + the tile's row sum (alpha = 1 where a row kept its reference: l * 1 is l).
+__device__ __forceinline__ void add_row_sums(RowState& st, const TileP& tp) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.l[r] = __fadd_rn(__fmul_rn(st.l[r], tp.alpha[r]), quad_sum(tp.lane_sum[r]));
+}
 
 // s: Q·Kᵀ of the tile (raw sums). i0: this lane's first row, n0: the tile's first key, both
 // document-local. Masks per element only when kMask.
@@ -80,13 +89,14 @@ __device__ __forceinline__ float row_max_after(float m, const float (&chains)[kN
   return ptx::max_nan(m, __fmul_rn(quad_max_nan(tile_max), sq));
 }
 
-// A row's sum of the tile's p from its chains (merged, then across the quad).
+// This lane's part of a row's sum of the tile's p, from its chains (merged; add_row_sums adds
+// the quad's parts).
 template <int kN>
-__device__ __forceinline__ float row_sum_of(const float (&chains)[kN]) {
+__device__ __forceinline__ float lane_sum_of(const float (&chains)[kN]) {
   float row_sum = chains[0];
 #pragma unroll
   for (int k = 1; k < kN; ++k) row_sum = __fadd_rn(row_sum, chains[k]);
-  return quad_sum(row_sum);
+  return row_sum;
 }
 
 // What the stage holds about the tile's keys (fwd_plan.cuh): sk, sv and svn in the consumers'
@@ -209,9 +219,7 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
   }
   phases.mark(trace::kExpsDone);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    st.l[r] = __fadd_rn(__fmul_rn(st.l[r], out.alpha[r]), row_sum_of(sum[r]));
-  }
+  for (int r = 0; r < 2; ++r) out.lane_sum[r] = lane_sum_of(sum[r]);
   // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
   // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
 #pragma unroll
@@ -312,7 +320,7 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       st.m[r] = m_new[r];
-      st.l[r] = __fadd_rn(st.l[r], row_sum_of(sum[r]));  // l * 1 + sum
+      out.lane_sum[r] = lane_sum_of(sum[r]);
       out.sigma[r] = ks.sigma;
       out.alpha[r] = 1.0f;
     }
