@@ -36,7 +36,7 @@ constexpr int kKeySteps = tiles::kFwdBlockN / 32;  // k32 steps of P·V over a k
 struct RowState {
   float m[2] = {-INFINITY, -INFINITY};  // running max of S (NaN-propagating)
   float mc[2] = {0.0f, 0.0f};           // the reference p is taken against: m * c when it last moved
-  float l[2] = {0.0f, 0.0f};            // running sum of p (to the last tile folded: add_row_sums)
+  float l[2] = {0.0f, 0.0f};            // running sum of p (add_row_sums)
 };
 
 // The lazy reference's threshold (common/tiles.h): p <= 2^kRescaleLog2 = kRescaleP, and P's
@@ -46,8 +46,9 @@ constexpr float kRescaleP = float(1 << tiles::kFwdRescaleLog2);
 
 // What one key tile hands to its P·V product: the FP8 A operand, P's per-row scale sigma, the
 // factor alpha that rescales the rows' earlier accumulation, and this lane's part of the rows'
-// sums of p. The sums reach l in the fold (add_row_sums), after P·V and the next S are issued:
-// their quad shuffles before the issue held it back, the issue being in order.
+// sums of p. Where kSumsInFold (Plan::kSumsInFold) the consumer adds them into l in the fold
+// (add_row_sums), after P·V and the next S are issued: their quad shuffles before the issue
+// held it back, the issue being in order; else the softmax does.
 struct TileP {
   uint32_t p8[kKeySteps][4];  // k32 step kk, register r
   float sigma[2], alpha[2];
@@ -171,7 +172,7 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
 //
 // The tile from its t = s * sk (in s) and the chains of their row maxima: the rows' new maxima,
 // the lazy reference (§2 steps 2-3), alpha, P's scale, p and their sums, P8.
-template <bool kMask, int kSteps, int kN, class Trace>
+template <bool kMask, bool kSumsInFold, int kSteps, int kN, class Trace>
 __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                                     const float (&sqc)[2], const DocMask& mask, int i0, int n0,
                                                     float c, RowState& st, TileP& out, const float (&tmax)[2][kN],
@@ -220,6 +221,7 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
   phases.mark(trace::kExpsDone);
 #pragma unroll
   for (int r = 0; r < 2; ++r) out.lane_sum[r] = lane_sum_of(sum[r]);
+  if constexpr (!kSumsInFold) add_row_sums(st, out);
   // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
   // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
 #pragma unroll
@@ -237,7 +239,7 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
 // A tile with its maximum first: a masked tile, or a row's first (its reference is not set).
 // Returns whether a row of the warp moved its reference (warp-uniform): else alpha is 1 for
 // every row and the earlier accumulation stays as it is.
-template <bool kMask, int kN, int kSteps = kKeySteps, class Trace>
+template <bool kMask, int kN, bool kSumsInFold, int kSteps = kKeySteps, class Trace>
 __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
                                              RowState& st, TileP& out, Trace& phases) {
@@ -263,7 +265,7 @@ __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float& m = tmax[e >> 1][chain_of<kN>(n, e)];
     m = ptx::max_nan(m, t);
   });
-  return softmax_from_maxima<kMask, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
+  return softmax_from_maxima<kMask, kSumsInFold, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
 }
 
 // An unmasked tile after a row's first: one pass forms t, the maxima's chains and, against
@@ -271,7 +273,8 @@ __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, 
 // for the maximum. Then, if every row of the warp keeps its reference (alpha = 1: the same
 // bits as the specification's step), that is the tile; else the tile is taken again from its
 // t (left in s) with the maxima first. Returns whether the rows' earlier accumulation is to
-// be rescaled by out.alpha (warp-uniform; only where a reference moved).
+// be rescaled by out.alpha (warp-uniform; only where a reference moved). The rows' sums are
+// left to the fold (kSumsInFold: only D = 128 takes this pass).
 template <class Trace>
 __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                                   const float (&sqc)[2], const DocMask& mask, int i0, int n0,
@@ -327,7 +330,7 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
     phases.mark(trace::kExpsDone);
     return false;
   }
-  return softmax_from_maxima<false, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
+  return softmax_from_maxima<false, true, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
 }
 
 // The key steps a masked tile needs for a warp: up to the last column any of its 16 rows
