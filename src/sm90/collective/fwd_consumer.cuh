@@ -149,6 +149,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     mma::commit();
   };
   TileP tp;
+  static_assert(P::kSumsInFold || !P::kSpeculativeSoftmax, "the lazy pass leaves its row sums to the fold");
   auto softmax = [&](ScoreTile& sc, int n) {
     if (n + 1 == mine) mbar::arrive(base + P::kQEmpty0 + 8 * qb);  // Q and the slot no longer read
     mbar::wait(ready0 + 8 * stage_of(n), phase_of(n));  // the key-scale warp's values
@@ -167,11 +168,11 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       const int last_row = m0 + 16 * warp + 15;
       const int steps = masked_key_steps(mask, last_row, n0);
       if (__shfl_sync(0xffffffffu, steps, 0) <= kKeySteps / 2)
-        rescale = softmax_tile<true, kN, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+        rescale = softmax_tile<true, kN, P::kSumsInFold, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
       else
-        rescale = softmax_tile<true, kN>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+        rescale = softmax_tile<true, kN, P::kSumsInFold>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     } else if (n == 0 || !P::kSpeculativeSoftmax) {
-      rescale = softmax_tile<false, kN>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+      rescale = softmax_tile<false, kN, P::kSumsInFold>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     } else {
       rescale = softmax_tile_lazy(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     }
@@ -197,7 +198,8 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       mma::rs(fresh, tp.p8[kk], mma::desc<P::kVtRowBytes>(stage + P::kVt, kk), kk > 0);
     mma::commit();
   };
-  // acc = acc + sigma * fresh, once P·V(n) is done (the caller waited); acc was rescaled by
+  // acc = acc + sigma * fresh, once P·V(n) is done (the caller waited), and the tile's row sums
+  // into l where Plan::kSumsInFold (add_row_sums, in S's shadow); acc was rescaled by
   // alpha in the softmax of n where a reference moved (ALGORITHM.md §2 step 6: sigma * fresh
   // is exact, so the FFMA rounds what acc * alpha + sigma * fresh does).
   auto fold = [&](float (&fresh)[D / 8][4], int n) {
@@ -206,6 +208,7 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     // This warp is done with the stage: every lane releases its own reads of the stage's
     // scales (softmax), so that no ordering rests on lanes other than the arriving one.
     mbar::arrive(empty0 + 8 * stage_of(n));
+    if constexpr (P::kSumsInFold) add_row_sums(rows, tp);
     // The item's first tile (kFirstFoldWrites): acc * alpha is +0 (acc 0, alpha 0 before any
     // maximum), so acc = fmaf(sigma, fresh, +0) — the same bits, a signed zero included —
     // without zeroing acc at the hand-over.

@@ -55,6 +55,10 @@ struct Plan {
   // Whether an unmasked tile's p are formed before its maximum (softmax_tile_lazy): at D = 64
   // the pass's t, P8 and sums beside O spill the three consumers' 160 registers.
   static constexpr bool kSpeculativeSoftmax = D == 128;
+  // Whether a tile's row sums reach l in the fold (in S's shadow, after P·V and the next S
+  // are issued) rather than at the softmax's end: −0.7 to −1.6 % at D = 128, +1.0 % at D = 64
+  // (docs/PERFORMANCE.md v110), whose S is issued after the fold.
+  static constexpr bool kSumsInFold = D == 128;
 
   // Operand rows: Q and K rows are one token's D codes (D-byte swizzle), Vᵀ rows one d's 128
   // key codes (128-byte swizzle).

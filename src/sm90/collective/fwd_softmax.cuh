@@ -36,7 +36,7 @@ constexpr int kKeySteps = tiles::kFwdBlockN / 32;  // k32 steps of P·V over a k
 struct RowState {
   float m[2] = {-INFINITY, -INFINITY};  // running max of S (NaN-propagating)
   float mc[2] = {0.0f, 0.0f};           // the reference p is taken against: m * c when it last moved
-  float l[2] = {0.0f, 0.0f};            // running sum of p
+  float l[2] = {0.0f, 0.0f};            // running sum of p (add_row_sums)
 };
 
 // The lazy reference's threshold (common/tiles.h): p <= 2^kRescaleLog2 = kRescaleP, and P's
@@ -44,12 +44,22 @@ struct RowState {
 constexpr float kRescaleLog2 = float(tiles::kFwdRescaleLog2);
 constexpr float kRescaleP = float(1 << tiles::kFwdRescaleLog2);
 
-// What one key tile hands to its P·V product: the FP8 A operand, P's per-row scale sigma and
-// the factor alpha that rescales the rows' earlier accumulation.
+// What one key tile hands to its P·V product: the FP8 A operand, P's per-row scale sigma, the
+// factor alpha that rescales the rows' earlier accumulation, and this lane's part of the rows'
+// sums of p. Where kSumsInFold (Plan::kSumsInFold) the consumer adds them into l in the fold
+// (add_row_sums), after P·V and the next S are issued: their quad shuffles before the issue
+// held it back, the issue being in order; else the softmax does.
 struct TileP {
   uint32_t p8[kKeySteps][4];  // k32 step kk, register r
   float sigma[2], alpha[2];
+  float lane_sum[2];
 };
+
+// l = l * alpha + the tile's row sum (alpha = 1 where a row kept its reference: l * 1 is l).
+__device__ __forceinline__ void add_row_sums(RowState& st, const TileP& tp) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.l[r] = __fadd_rn(__fmul_rn(st.l[r], tp.alpha[r]), quad_sum(tp.lane_sum[r]));
+}
 
 // s: Q·Kᵀ of the tile (raw sums). i0: this lane's first row, n0: the tile's first key, both
 // document-local. Masks per element only when kMask.
@@ -80,13 +90,14 @@ __device__ __forceinline__ float row_max_after(float m, const float (&chains)[kN
   return ptx::max_nan(m, __fmul_rn(quad_max_nan(tile_max), sq));
 }
 
-// A row's sum of the tile's p from its chains (merged, then across the quad).
+// This lane's part of a row's sum of the tile's p, from its chains (merged; add_row_sums adds
+// the quad's parts).
 template <int kN>
-__device__ __forceinline__ float row_sum_of(const float (&chains)[kN]) {
+__device__ __forceinline__ float lane_sum_of(const float (&chains)[kN]) {
   float row_sum = chains[0];
 #pragma unroll
   for (int k = 1; k < kN; ++k) row_sum = __fadd_rn(row_sum, chains[k]);
-  return quad_sum(row_sum);
+  return row_sum;
 }
 
 // What the stage holds about the tile's keys (fwd_plan.cuh): sk, sv and svn in the consumers'
@@ -161,7 +172,7 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
 //
 // The tile from its t = s * sk (in s) and the chains of their row maxima: the rows' new maxima,
 // the lazy reference (§2 steps 2-3), alpha, P's scale, p and their sums, P8.
-template <bool kMask, int kSteps, int kN, class Trace>
+template <bool kMask, bool kSumsInFold, int kSteps, int kN, class Trace>
 __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                                     const float (&sqc)[2], const DocMask& mask, int i0, int n0,
                                                     float c, RowState& st, TileP& out, const float (&tmax)[2][kN],
@@ -209,9 +220,8 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
   }
   phases.mark(trace::kExpsDone);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    st.l[r] = __fadd_rn(__fmul_rn(st.l[r], out.alpha[r]), row_sum_of(sum[r]));
-  }
+  for (int r = 0; r < 2; ++r) out.lane_sum[r] = lane_sum_of(sum[r]);
+  if constexpr (!kSumsInFold) add_row_sums(st, out);
   // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
   // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
 #pragma unroll
@@ -229,7 +239,7 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
 // A tile with its maximum first: a masked tile, or a row's first (its reference is not set).
 // Returns whether a row of the warp moved its reference (warp-uniform): else alpha is 1 for
 // every row and the earlier accumulation stays as it is.
-template <bool kMask, int kN, int kSteps = kKeySteps, class Trace>
+template <bool kMask, int kN, bool kSumsInFold, int kSteps = kKeySteps, class Trace>
 __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
                                              RowState& st, TileP& out, Trace& phases) {
@@ -255,7 +265,7 @@ __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float& m = tmax[e >> 1][chain_of<kN>(n, e)];
     m = ptx::max_nan(m, t);
   });
-  return softmax_from_maxima<kMask, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
+  return softmax_from_maxima<kMask, kSumsInFold, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
 }
 
 // An unmasked tile after a row's first: one pass forms t, the maxima's chains and, against
@@ -263,7 +273,8 @@ __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, 
 // for the maximum. Then, if every row of the warp keeps its reference (alpha = 1: the same
 // bits as the specification's step), that is the tile; else the tile is taken again from its
 // t (left in s) with the maxima first. Returns whether the rows' earlier accumulation is to
-// be rescaled by out.alpha (warp-uniform; only where a reference moved).
+// be rescaled by out.alpha (warp-uniform; only where a reference moved). The rows' sums are
+// left to the fold (kSumsInFold: only D = 128 takes this pass).
 template <class Trace>
 __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                                   const float (&sqc)[2], const DocMask& mask, int i0, int n0,
@@ -312,14 +323,14 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       st.m[r] = m_new[r];
-      st.l[r] = __fadd_rn(st.l[r], row_sum_of(sum[r]));  // l * 1 + sum
+      out.lane_sum[r] = lane_sum_of(sum[r]);
       out.sigma[r] = ks.sigma;
       out.alpha[r] = 1.0f;
     }
     phases.mark(trace::kExpsDone);
     return false;
   }
-  return softmax_from_maxima<false, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
+  return softmax_from_maxima<false, true, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
 }
 
 // The key steps a masked tile needs for a warp: up to the last column any of its 16 rows
