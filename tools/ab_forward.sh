@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One GPU call's comparison of forward versions: each candidate tree's prebuilt GPU tests on
-# the forward's checks (the specification's shapes, the D = 64 and 128 matrix, q_start, the
-# lazy reference, large, huge and non-finite logits, causal safety, isolation, determinism),
-# then tools/ab_bench.sh of the reference tree against the candidates that passed. Trees are
-# tools/make_trees.sh trees built by tools/prebuild_trees.sh; the reference is not checked.
+# One GPU call's comparison of forward versions (or, with FILTER, RECIPES and PHASES, of
+# backward ones): each candidate tree's prebuilt GPU tests on the forward's checks (the
+# specification's shapes, the D = 64 and 128 matrix, q_start, the lazy reference, large, huge
+# and non-finite logits, causal safety, isolation, determinism), then tools/ab_bench.sh of the
+# reference tree against the candidates that passed. Trees are tools/make_trees.sh trees
+# built by tools/prebuild_trees.sh; the reference is not checked.
 #   OUT=... bash tools/ab_forward.sh .ab/main .ab/v111 .ab/v111b
 # Environment: OUT (required: gpu_checks_<tree>.txt here, the A/B's ab_bench.md and
 # ab_bench_runs.json under $OUT/ab), FILTER (the checks' gtest filter), and ab_bench.sh's
