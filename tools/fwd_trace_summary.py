@@ -8,19 +8,21 @@ FLAMIA_FWD_TRACE=FILE records (src/sm90/kit/phase_trace.cuh; the forward call wr
 Each warp's marks split its time into the phase that ends at each mark: what comes before
 the ring wait (from the softmax's end, or an item's set-up, to the next tile's stage wait; at
 an item's end it also holds the wait for the next item's announcement), the ring wait (the
-stage barrier's wait itself; traces before that mark existed count both as the ring wait), P·V (issued, S(n + 1) issued behind it, P·V waited for), the fold (at
-D = 64 also S(n + 1)'s issue), the wait for S, the softmax in three parts (the maxima, with
-the wait for the key-scale warp's values; the exps; the rest), the epilogue (with the release of the stages of tiles the warp does not
-compute) and the next item's set-up (with the items a warp has no rows of). Printed: each
-phase's share of the warps' traced time, the cycles a warp-tile, and how much of a warp's
-softmax time another consumer warp of its scheduler (consumer warp w runs on scheduler
-w mod 4) spends in its softmax too. The traced kernel is not the production kernel (the marks
-add ~60 instructions a warp-tile, and registers shift), and each mark adds ~170 cycles to the
-phase it ends (one more mark lengthened the traced warp-tile by 167 cycles, H100): a phase of
-a few hundred cycles is mostly its mark, so compare phases across versions, not against zero.
-flamia_bench's time with the
-variable set also holds the trace's copies: set the cycles a warp-tile printed here against
-the plain kernel's (its time x the SM clock / the tiles a consumer warp computes).
+stage barrier's wait itself; traces before that mark existed count both as the ring wait),
+P·V (issued, S(n + 1) issued behind it, P·V waited for), the fold (at D = 64 also S(n + 1)'s
+issue; at D = 128 also the tile's row sums into l, since v110c), the wait for S, the softmax
+in three parts (the maxima, with the wait for the key-scale warp's values; the exps; the
+rest), the epilogue (with the release of the stages of tiles the warp does not compute) and
+the next item's set-up (with the items a warp has no rows of). Printed: each phase's share
+of the warps' traced time, the cycles a warp-tile, and how much of a warp's softmax time
+another consumer warp of its scheduler (consumer warp w runs on scheduler w mod 4) spends in
+its softmax too. The traced kernel is not the production kernel (the marks add ~60
+instructions a warp-tile, and registers shift), and each mark adds ~170 cycles to the phase
+it ends (one more mark lengthened the traced warp-tile by 167 cycles, H100): a phase of a few
+hundred cycles is mostly its mark, so compare phases across versions, not against zero.
+flamia_bench's time with the variable set also holds the trace's copies: set the cycles a
+warp-tile printed here against the plain kernel's (its time x the SM clock / the tiles a
+consumer warp computes).
 """
 import argparse
 import struct
@@ -30,9 +32,10 @@ EVENTS = ["item_start", "stage_landed", "scores_done", "softmax_done", "pv_done"
           "maxima_done", "exps_done", "stage_wait"]
 # The phase that ends at each mark. Inside the softmax, the marks split it into the maxima
 # (with the key-scale wait and K's scales), the exps (with their partial sums and P's V
-# scale) and what follows ("softmax": the row sums' merge and P8's packing).
-PHASE_OF = {"stage_wait": "before ring wait", "stage_landed": "ring wait", "pv_done": "P·V issue and wait", "fold_done": "fold",
-            "scores_done": "S wait", "softmax_done": "softmax", "item_end": "epilogue",
+# scale) and what follows ("softmax": the row sums' merge and P8's packing; at D = 128 the
+# sums' quad reduction is the fold's since v110c).
+PHASE_OF = {"stage_wait": "before ring wait", "stage_landed": "ring wait", "pv_done": "P·V issue and wait",
+            "fold_done": "fold", "scores_done": "S wait", "softmax_done": "softmax", "item_end": "epilogue",
             "item_start": "item set-up", "maxima_done": "softmax-maxima", "exps_done": "softmax-exps"}
 EMPTY = (1 << 64) - 1
 

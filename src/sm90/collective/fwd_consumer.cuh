@@ -168,7 +168,8 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       const int last_row = m0 + 16 * warp + 15;
       const int steps = masked_key_steps(mask, last_row, n0);
       if (__shfl_sync(0xffffffffu, steps, 0) <= kKeySteps / 2)
-        rescale = softmax_tile<true, kN, P::kSumsInFold, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+        rescale = softmax_tile<true, kN, P::kSumsInFold, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows,
+                                                                         tp, phases);
       else
         rescale = softmax_tile<true, kN, P::kSumsInFold>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     } else if (n == 0 || !P::kSpeculativeSoftmax) {
