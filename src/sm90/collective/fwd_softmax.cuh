@@ -167,7 +167,7 @@ __device__ __forceinline__ void pack_pair(const ScoreTile& s, int n2, TileP& out
 // except where p or v is not finite: sqc NaN or 0 (a NaN query scale; rows past the document,
 // not stored), mc NaN or ±inf, or a visible key's NaN V scale (Y, hence sigma, NaN). In each
 // of those the row's l or every column of its O is NaN either way; LSE never reads x.
-template <bool kMask, bool kWhole, int kSteps, int kN>
+template <bool kMask, bool kWhole, bool kPackAsFormed, int kSteps, int kN>
 __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks, const float (&sqc)[2],
                                               const float (&inv)[2], const RowState& st, float (&sum)[2][kN],
                                               TileP& out) {
@@ -181,7 +181,9 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
         if (kMask && s[n][e] == -INFINITY) x = 0.0f;
         s[n][e] = x;
       },
-      [&](int n2) { pack_pair(s, n2, out); });  // packed as formed, as the lazy pass does
+      [&](int n2) {
+        if constexpr (kPackAsFormed) pack_pair(s, n2, out);
+      });
 }
 
 // s: Q·Kᵀ of the tile (raw sums). ks: the tile's key values (KeyScales). i0: this lane's
@@ -191,7 +193,7 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
 //
 // The tile from its t = s * sk (in s) and the chains of their row maxima: the rows' new maxima,
 // the lazy reference (§2 steps 2-3), alpha, P's scale, p and their sums, P8.
-template <bool kMask, bool kSumsInFold, int kSteps, int kN, class Trace>
+template <bool kMask, bool kSumsInFold, bool kPackAsFormed, int kSteps, int kN, class Trace>
 __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                                     const float (&sqc)[2], const DocMask& mask, int i0, int n0,
                                                     float c, RowState& st, TileP& out, const float (&tmax)[2][kN],
@@ -224,7 +226,7 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
   if (!kMask && __all_sync(0xffffffffu, keeps_tile_sigma(pm_log2[0]) && keeps_tile_sigma(pm_log2[1]))) {
     out.sigma[0] = out.sigma[1] = ks.sigma;
     inv[0] = inv[1] = 1.0f;
-    probabilities<kMask, true, kSteps>(s, ks, sqc, inv, st, sum, out);
+    probabilities<kMask, true, kPackAsFormed, kSteps>(s, ks, sqc, inv, st, sum, out);
   } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -235,22 +237,23 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
       out.sigma[r] = fmt::pow2_scale_e4m3(__fmul_rn(pm, y));
       inv[r] = fmt::pow2_reciprocal(out.sigma[r]);
     }
-    probabilities<kMask, false, kSteps>(s, ks, sqc, inv, st, sum, out);
+    probabilities<kMask, false, kPackAsFormed, kSteps>(s, ks, sqc, inv, st, sum, out);
   }
   phases.mark(trace::kExpsDone);
 #pragma unroll
   for (int r = 0; r < 2; ++r) out.lane_sum[r] = lane_sum_of(sum[r]);
   if constexpr (!kSumsInFold) add_row_sums(st, out);
-  // The skipped columns' P8 (their x is 0); the visited ones were packed as formed.
+  // P8 of the columns not packed as formed (kPackAsFormed: only those a masked tile skips,
+  // from their zeros).
 #pragma unroll
-  for (int n2 = 2 * kSteps; n2 < 2 * kKeySteps; ++n2) pack_pair(s, n2, out);
+  for (int n2 = kPackAsFormed ? 2 * kSteps : 0; n2 < 2 * kKeySteps; ++n2) pack_pair(s, n2, out);
   return __any_sync(0xffffffffu, moved);
 }
 
 // A tile with its maximum first: a masked tile, or a row's first (its reference is not set).
 // Returns whether a row of the warp moved its reference (warp-uniform): else alpha is 1 for
 // every row and the earlier accumulation stays as it is.
-template <bool kMask, int kN, bool kSumsInFold, int kSteps = kKeySteps, class Trace>
+template <bool kMask, int kN, bool kSumsInFold, bool kPackAsFormed, int kSteps = kKeySteps, class Trace>
 __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
                                              RowState& st, TileP& out, Trace& phases) {
@@ -276,7 +279,7 @@ __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float& m = tmax[e >> 1][chain_of<kN>(n, e)];
     m = ptx::max_nan(m, t);
   });
-  return softmax_from_maxima<kMask, kSumsInFold, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
+  return softmax_from_maxima<kMask, kSumsInFold, kPackAsFormed, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
 }
 
 // An unmasked tile after a row's first: one pass forms t, the maxima's chains and, against
@@ -341,7 +344,7 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
     phases.mark(trace::kExpsDone);
     return false;
   }
-  return softmax_from_maxima<false, true, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
+  return softmax_from_maxima<false, true, true, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
 }
 
 // The key steps a masked tile needs for a warp: up to the last column any of its 16 rows
