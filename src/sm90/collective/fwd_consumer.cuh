@@ -168,12 +168,12 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       const int last_row = m0 + 16 * warp + 15;
       const int steps = masked_key_steps(mask, last_row, n0);
       if (__shfl_sync(0xffffffffu, steps, 0) <= kKeySteps / 2)
-        rescale = softmax_tile<true, kN, P::kSumsInFold, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows,
+        rescale = softmax_tile<true, kN, P::kSumsInFold, P::kPackAsFormed, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows,
                                                                          tp, phases);
       else
-        rescale = softmax_tile<true, kN, P::kSumsInFold>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+        rescale = softmax_tile<true, kN, P::kSumsInFold, P::kPackAsFormed>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     } else if (n == 0 || !P::kSpeculativeSoftmax) {
-      rescale = softmax_tile<false, kN, P::kSumsInFold>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+      rescale = softmax_tile<false, kN, P::kSumsInFold, P::kPackAsFormed>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     } else {
       rescale = softmax_tile_lazy(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     }

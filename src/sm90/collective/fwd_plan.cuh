@@ -59,6 +59,10 @@ struct Plan {
   // are issued) rather than at the softmax's end: −0.7 to −1.6 % at D = 128, +1.0 % at D = 64
   // (docs/PERFORMANCE.md v110), whose S is issued after the fold.
   static constexpr bool kSumsInFold = D == 128;
+  // Whether the maxima-first softmax packs P8 as it forms each pair of n8-tiles, as the lazy
+  // pass does, rather than after every exp: −0.7 % at D = 128 (its masked tiles and retakes),
+  // +0.5 % at D = 64 (docs/PERFORMANCE.md v122).
+  static constexpr bool kPackAsFormed = D == 128;
 
   // Operand rows: Q and K rows are one token's D codes (D-byte swizzle), Vᵀ rows one d's 128
   // key codes (128-byte swizzle).

@@ -125,9 +125,9 @@ __device__ __forceinline__ bool keeps_tile_sigma(float e) { return e <= kRescale
 // Calls f(n, e, a) for every element [n][e] of the lane's score tile in the first 32 kSteps
 // columns, a the value of the per-key array `keys` (in lane_column_index order) for the
 // element's column: one float4 load serves n8-tiles 2 n2 and 2 n2 + 1, the four lanes of a
-// quad reading distinct banks.
-template <int kSteps = kKeySteps, class F>
-__device__ __forceinline__ void for_each_score(const float* keys, F f) {
+// quad reading distinct banks. then(n2) runs once n8-tiles 2 n2 and 2 n2 + 1 are visited.
+template <int kSteps = kKeySteps, class F, class Then>
+__device__ __forceinline__ void for_each_score(const float* keys, F f, Then then) {
   const float4* key4 = reinterpret_cast<const float4*>(keys) + (lane_id() & 3);
 #pragma unroll
   for (int n2 = 0; n2 < 2 * kSteps; ++n2) {
@@ -137,7 +137,22 @@ __device__ __forceinline__ void for_each_score(const float* keys, F f) {
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int e = 0; e < 4; ++e) f(2 * n2 + h, e, vv[2 * h + (e & 1)]);
+    then(n2);
   }
+}
+template <int kSteps = kKeySteps, class F>
+__device__ __forceinline__ void for_each_score(const float* keys, F f) {
+  for_each_score<kSteps>(keys, f, [](int) {});
+}
+
+// P8's registers of n8-tiles 2 n2 and 2 n2 + 1 (k32 step n2 / 2, 16-key group half n2 % 2:
+// registers 2h + r of step kk hold row g + 8 r, keys of 16-key group 2 kk + h in the
+// quantizer's fragment order, layout.cuh) from their x in s.
+__device__ __forceinline__ void pack_pair(const ScoreTile& s, int n2, TileP& out) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    out.p8[n2 / 2][2 * (n2 % 2) + r] =
+        ptx::pack_e4m3x4(s[2 * n2][2 * r], s[2 * n2][2 * r + 1], s[2 * n2 + 1][2 * r], s[2 * n2 + 1][2 * r + 1]);
 }
 
 // p = exp2(S c - mc), its row sums (the unquantized p) into sum, and in place x = p * (sv /
@@ -152,17 +167,23 @@ __device__ __forceinline__ void for_each_score(const float* keys, F f) {
 // except where p or v is not finite: sqc NaN or 0 (a NaN query scale; rows past the document,
 // not stored), mc NaN or ±inf, or a visible key's NaN V scale (Y, hence sigma, NaN). In each
 // of those the row's l or every column of its O is NaN either way; LSE never reads x.
-template <bool kMask, bool kWhole, int kSteps, int kN>
+template <bool kMask, bool kWhole, bool kPackAsFormed, int kSteps, int kN>
 __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks, const float (&sqc)[2],
-                                              const float (&inv)[2], const RowState& st, float (&sum)[2][kN]) {
-  for_each_score<kSteps>(kWhole ? ks.svn : ks.sv, [&](int n, int e, float v) {
-    const int r = e >> 1, k = chain_of<kN>(n, e);
-    const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
-    sum[r][k] = __fadd_rn(sum[r][k], p);
-    float x = __fmul_rn(p, kWhole ? v : __fmul_rn(v, inv[r]));
-    if (kMask && s[n][e] == -INFINITY) x = 0.0f;
-    s[n][e] = x;
-  });
+                                              const float (&inv)[2], const RowState& st, float (&sum)[2][kN],
+                                              TileP& out) {
+  for_each_score<kSteps>(
+      kWhole ? ks.svn : ks.sv,
+      [&](int n, int e, float v) {
+        const int r = e >> 1, k = chain_of<kN>(n, e);
+        const float p = ptx::ex2(__fmaf_rn(s[n][e], sqc[r], -st.mc[r]));
+        sum[r][k] = __fadd_rn(sum[r][k], p);
+        float x = __fmul_rn(p, kWhole ? v : __fmul_rn(v, inv[r]));
+        if (kMask && s[n][e] == -INFINITY) x = 0.0f;
+        s[n][e] = x;
+      },
+      [&](int n2) {
+        if constexpr (kPackAsFormed) pack_pair(s, n2, out);
+      });
 }
 
 // s: Q·Kᵀ of the tile (raw sums). ks: the tile's key values (KeyScales). i0: this lane's
@@ -172,7 +193,7 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
 //
 // The tile from its t = s * sk (in s) and the chains of their row maxima: the rows' new maxima,
 // the lazy reference (§2 steps 2-3), alpha, P's scale, p and their sums, P8.
-template <bool kMask, bool kSumsInFold, int kSteps, int kN, class Trace>
+template <bool kMask, bool kSumsInFold, bool kPackAsFormed, int kSteps, int kN, class Trace>
 __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                                     const float (&sqc)[2], const DocMask& mask, int i0, int n0,
                                                     float c, RowState& st, TileP& out, const float (&tmax)[2][kN],
@@ -205,7 +226,7 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
   if (!kMask && __all_sync(0xffffffffu, keeps_tile_sigma(pm_log2[0]) && keeps_tile_sigma(pm_log2[1]))) {
     out.sigma[0] = out.sigma[1] = ks.sigma;
     inv[0] = inv[1] = 1.0f;
-    probabilities<kMask, true, kSteps>(s, ks, sqc, inv, st, sum);
+    probabilities<kMask, true, kPackAsFormed, kSteps>(s, ks, sqc, inv, st, sum, out);
   } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -216,30 +237,23 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
       out.sigma[r] = fmt::pow2_scale_e4m3(__fmul_rn(pm, y));
       inv[r] = fmt::pow2_reciprocal(out.sigma[r]);
     }
-    probabilities<kMask, false, kSteps>(s, ks, sqc, inv, st, sum);
+    probabilities<kMask, false, kPackAsFormed, kSteps>(s, ks, sqc, inv, st, sum, out);
   }
   phases.mark(trace::kExpsDone);
 #pragma unroll
   for (int r = 0; r < 2; ++r) out.lane_sum[r] = lane_sum_of(sum[r]);
   if constexpr (!kSumsInFold) add_row_sums(st, out);
-  // A operand of k32 step kk: registers 2h + r hold row g + 8 r, keys of 16-key group
-  // 2 kk + h in the quantizer's fragment order (layout.cuh): n8-tiles 4 kk + 2 h and + 1.
+  // P8 of the columns not packed as formed (kPackAsFormed: only those a masked tile skips,
+  // from their zeros).
 #pragma unroll
-  for (int kk = 0; kk < kKeySteps; ++kk)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int n = 4 * kk + 2 * h;
-        out.p8[kk][2 * h + r] = ptx::pack_e4m3x4(s[n][2 * r], s[n][2 * r + 1], s[n + 1][2 * r], s[n + 1][2 * r + 1]);
-      }
+  for (int n2 = kPackAsFormed ? 2 * kSteps : 0; n2 < 2 * kKeySteps; ++n2) pack_pair(s, n2, out);
   return __any_sync(0xffffffffu, moved);
 }
 
 // A tile with its maximum first: a masked tile, or a row's first (its reference is not set).
 // Returns whether a row of the warp moved its reference (warp-uniform): else alpha is 1 for
 // every row and the earlier accumulation stays as it is.
-template <bool kMask, int kN, bool kSumsInFold, int kSteps = kKeySteps, class Trace>
+template <bool kMask, int kN, bool kSumsInFold, bool kPackAsFormed, int kSteps = kKeySteps, class Trace>
 __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, const float (&sq)[2],
                                              const float (&sqc)[2], const DocMask& mask, int i0, int n0, float c,
                                              RowState& st, TileP& out, Trace& phases) {
@@ -265,7 +279,7 @@ __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float& m = tmax[e >> 1][chain_of<kN>(n, e)];
     m = ptx::max_nan(m, t);
   });
-  return softmax_from_maxima<kMask, kSumsInFold, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
+  return softmax_from_maxima<kMask, kSumsInFold, kPackAsFormed, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
 }
 
 // An unmasked tile after a row's first: one pass forms t, the maxima's chains and, against
@@ -330,7 +344,7 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
     phases.mark(trace::kExpsDone);
     return false;
   }
-  return softmax_from_maxima<false, true, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
+  return softmax_from_maxima<false, true, true, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
 }
 
 // The key steps a masked tile needs for a warp: up to the last column any of its 16 rows
