@@ -168,12 +168,14 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
       const int last_row = m0 + 16 * warp + 15;
       const int steps = masked_key_steps(mask, last_row, n0);
       if (__shfl_sync(0xffffffffu, steps, 0) <= kKeySteps / 2)
-        rescale = softmax_tile<true, kN, P::kSumsInFold, P::kPackAsFormed, kKeySteps / 2>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows,
-                                                                         tp, phases);
+        rescale = softmax_tile<true, kN, P::kSumsInFold, P::kPackAsFormed, kKeySteps / 2>(
+            sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
       else
-        rescale = softmax_tile<true, kN, P::kSumsInFold, P::kPackAsFormed>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+        rescale = softmax_tile<true, kN, P::kSumsInFold, P::kPackAsFormed>(sc, ks, sq, sqc, mask, i0, n0, p.c,
+                                                                           rows, tp, phases);
     } else if (n == 0 || !P::kSpeculativeSoftmax) {
-      rescale = softmax_tile<false, kN, P::kSumsInFold, P::kPackAsFormed>(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
+      rescale = softmax_tile<false, kN, P::kSumsInFold, P::kPackAsFormed>(sc, ks, sq, sqc, mask, i0, n0, p.c,
+                                                                          rows, tp, phases);
     } else {
       rescale = softmax_tile_lazy(sc, ks, sq, sqc, mask, i0, n0, p.c, rows, tp, phases);
     }
@@ -247,8 +249,8 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
   // when the registers hold both (Plan::kScoresInFlight), else before S is issued. `then`
   // runs after the fold, while S is computed. next's stage is waited for after the fold when
   // S follows it (D = 64: the wait's round trip then overlaps P·V on the tensor core instead
-  // of holding back its issue, -1.4 %), before P·V when S is issued with it (the same move
-  // there measured +1.7 %, v114).
+  // of holding back its issue, -1.2 to -2.2 %, v116), before P·V when S is issued with it
+  // (the same move there measured +1.7 %, v114).
   auto pv_fold_scores = [&](ScoreTile& sc, int n, int next, uint32_t q, auto&& then) {
     float fresh[D / 8][4];
     if constexpr (P::kScoresInFlight) wait_landed(next);

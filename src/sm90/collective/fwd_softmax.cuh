@@ -279,7 +279,8 @@ __device__ __forceinline__ bool softmax_tile(ScoreTile& s, const KeyScales& ks, 
     float& m = tmax[e >> 1][chain_of<kN>(n, e)];
     m = ptx::max_nan(m, t);
   });
-  return softmax_from_maxima<kMask, kSumsInFold, kPackAsFormed, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
+  return softmax_from_maxima<kMask, kSumsInFold, kPackAsFormed, kSteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out,
+                                                                        tmax, phases);
 }
 
 // An unmasked tile after a row's first: one pass forms t, the maxima's chains and, against
