@@ -149,7 +149,8 @@ __device__ __forceinline__ void consumer(const Params& p, const uint8_t* smem, u
     mma::commit();
   };
   TileP tp;
-  static_assert(P::kSumsInFold || !P::kSpeculativeSoftmax, "the lazy pass leaves its row sums to the fold");
+  static_assert((P::kSumsInFold && P::kPackAsFormed) || !P::kSpeculativeSoftmax,
+                "the lazy pass leaves its row sums to the fold and its retake packs P8 as formed");
   auto softmax = [&](ScoreTile& sc, int n) {
     if (n + 1 == mine) mbar::arrive(base + P::kQEmpty0 + 8 * qb);  // Q and the slot no longer read
     mbar::wait(ready0 + 8 * stage_of(n), phase_of(n));  // the key-scale warp's values

@@ -345,6 +345,8 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
     phases.mark(trace::kExpsDone);
     return false;
   }
+  // The retake, as D = 128's plan has it (the only head dim with this pass): sums to the
+  // fold, P8 packed as formed.
   return softmax_from_maxima<false, true, true, kKeySteps>(s, ks, sq, sqc, mask, i0, n0, c, st, out, tmax, phases);
 }
 
