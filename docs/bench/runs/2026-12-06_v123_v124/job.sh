@@ -17,7 +17,7 @@ OUT=$OUT/v124 FILTER='*Shapes.MatchesSpec/*:*Matrix*:*StoredDq*:*LargeLogits*:*N
   WORKLOADS=fixed-4k,fixed-16k,pack-32k,llama8b-pack,llama1b-pack RECIPES=fp8_mixed PHASES=bwd,step AB_SECONDS=240 \
   bash tools/ab_forward.sh .ab/main .ab/v124
 echo "done at $(( $(date +%s) - T0 )) s"
-case "$gpu" in *H200*)
+[ $(( $(date +%s) - T0 )) -lt 480 ] && case "$gpu" in *H200*)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export FLAMIA_LIBRARY=$PWD/.ab/main/prebuilt/libflamia.so PYTHONPATH=$PWD/.ab/main/python:/tmp/site
   echo "==== harness (main, H200)"
