@@ -20,7 +20,7 @@ OUT=$OUT/v124/checks bash tools/landing_checks.sh .ab/v124
 echo "==== v124: A/B at $(( $(date +%s) - T0 )) s"
 OUT=$OUT/v124/ab WORKLOADS=fixed-4k,fixed-16k,pack-32k,llama8b-pack,llama1b-pack RECIPES=fp8_mixed ROUNDS=3 \
   PHASES=bwd,step timeout $(( LIMIT - ($(date +%s) - T0) - 10 )) bash tools/ab_bench.sh .ab/main .ab/v124 2>&1 | tail -12
-rm -f $OUT/v124/ab/bench_* $OUT/v124/ab/ab_rounds.tar.gz
+[ -s $OUT/v124/ab/ab_bench.md ] && rm -f $OUT/v124/ab/bench_* $OUT/v124/ab/ab_rounds.tar.gz
 left=$(( LIMIT - ($(date +%s) - T0) ))
 echo "==== v123 at $(( $(date +%s) - T0 )) s, $left s left"
 [ $left -ge 150 ] && OUT=$OUT/v123 WORKLOADS=fixed-16k,llama1b-pack PHASES=fwd AB_SECONDS=$(( left - 80 )) \
