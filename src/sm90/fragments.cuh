@@ -116,22 +116,33 @@ __device__ __forceinline__ void load_b_fp8_k64(uint32_t tile, int n, uint32_t (&
 }
 
 // ---- accumulator -> A operand ----------------------------------------------------------
+// The FP8 A-fragment registers of n8-tiles 2 n2 and 2 n2 + 1 (their values lo and hi, each
+// taken through v(value, r) for row g + 8 r): k32 step n2 / 2, registers 2 (n2 % 2) + r, the
+// fragment order derived above. The one place that order is written: the forward's P8 and
+// the backward's operands use it.
+template <int kSteps, class V>
+__device__ __forceinline__ void pack_e4m3_a_pair(const float (&lo)[4], const float (&hi)[4], int n2,
+                                                 uint32_t (&a)[kSteps][4], V v) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    a[n2 / 2][2 * (n2 % 2) + r] =
+        ptx::pack_e4m3x4(v(lo[2 * r], r), v(lo[2 * r + 1], r), v(hi[2 * r], r), v(hi[2 * r + 1], r));
+}
+template <int kSteps>
+__device__ __forceinline__ void pack_e4m3_a_pair(const float (&lo)[4], const float (&hi)[4], int n2,
+                                                 uint32_t (&a)[kSteps][4]) {
+  pack_e4m3_a_pair(lo, hi, n2, a, [](float x, int) { return x; });
+}
+
 // FP8 A fragments of the two k32 steps of a 16 x 64 tile: q8(x, scale[row]) with
 // inv_scale = 1 / scale (exact for powers of two); kScaled = false: x is divided already.
 template <bool kScaled>
 __device__ __forceinline__ void pack_fp8_a_fragments(const TileAcc& x, const float (&inv_scale)[2],
                                                      uint32_t (&a)[2][4]) {
 #pragma unroll
-  for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)      // 16-token group 2kk + h
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {  // row g + 8r
-        const int n = 4 * kk + 2 * h;
-        auto v = [&](float e) { return kScaled ? __fmul_rn(e, inv_scale[r]) : e; };
-        a[kk][2 * h + r] =
-            ptx::pack_e4m3x4(v(x[n][2 * r]), v(x[n][2 * r + 1]), v(x[n + 1][2 * r]), v(x[n + 1][2 * r + 1]));
-      }
+  for (int n2 = 0; n2 < 4; ++n2)
+    pack_e4m3_a_pair(x[2 * n2], x[2 * n2 + 1], n2, a,
+                     [&](float e, int r) { return kScaled ? __fmul_rn(e, inv_scale[r]) : e; });
 }
 __device__ __forceinline__ void pack_fp8_a(const TileAcc& x, const float (&inv_scale)[2], uint32_t (&a)[2][4]) {
   pack_fp8_a_fragments<true>(x, inv_scale, a);

@@ -145,15 +145,6 @@ __device__ __forceinline__ void for_each_score(const float* keys, F f) {
   for_each_score<kSteps>(keys, f, [](int) {});
 }
 
-// P8's registers of n8-tiles 2 n2 and 2 n2 + 1 from their x, lo and hi (k32 step n2 / 2,
-// 16-key group half n2 % 2: registers 2h + r of step kk hold row g + 8 r, keys of 16-key group
-// 2 kk + h in the quantizer's fragment order, layout.cuh).
-__device__ __forceinline__ void pack_pair(const float (&lo)[4], const float (&hi)[4], int n2, TileP& out) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-    out.p8[n2 / 2][2 * (n2 % 2) + r] = ptx::pack_e4m3x4(lo[2 * r], lo[2 * r + 1], hi[2 * r], hi[2 * r + 1]);
-}
-
 // p = exp2(S c - mc), its row sums (the unquantized p) into sum, and in place x = p * (sv /
 // sigma), the value P8 rounds: from svn when every row's sigma is the tile's (kWhole), else
 // from sv and the row's 1 / sigma. sv / sigma is exact (powers of two), so both are the
@@ -181,7 +172,7 @@ __device__ __forceinline__ void probabilities(ScoreTile& s, const KeyScales& ks,
         s[n][e] = x;
       },
       [&](int n2) {
-        if constexpr (kPackAsFormed) pack_pair(s[2 * n2], s[2 * n2 + 1], n2, out);
+        if constexpr (kPackAsFormed) pack_e4m3_a_pair(s[2 * n2], s[2 * n2 + 1], n2, out.p8);
       });
 }
 
@@ -245,7 +236,8 @@ __device__ __forceinline__ bool softmax_from_maxima(ScoreTile& s, const KeyScale
   // P8 of the columns not packed as formed (kPackAsFormed: only those a masked tile skips,
   // from their zeros).
 #pragma unroll
-  for (int n2 = kPackAsFormed ? 2 * kSteps : 0; n2 < 2 * kKeySteps; ++n2) pack_pair(s[2 * n2], s[2 * n2 + 1], n2, out);
+  for (int n2 = kPackAsFormed ? 2 * kSteps : 0; n2 < 2 * kKeySteps; ++n2)
+    pack_e4m3_a_pair(s[2 * n2], s[2 * n2 + 1], n2, out.p8);
   return __any_sync(0xffffffffu, moved);
 }
 
@@ -317,7 +309,7 @@ __device__ __forceinline__ bool softmax_tile_lazy(ScoreTile& s, const KeyScales&
         sum[r][k] = first ? p : __fadd_rn(sum[r][k], p);
         x[h][e] = __fmul_rn(p, svv[2 * h + (e & 1)]);
       }
-    pack_pair(x[0], x[1], n2, out);
+    pack_e4m3_a_pair(x[0], x[1], n2, out.p8);
   }
   bool keeps = true;
   float m_new[2];
