@@ -13,7 +13,8 @@
 # per-score count is printed for fixed-16k only. fp8_mixed at head dim 128 stores dS by
 # default, so its dQ is dq_stored_kernel (KERNELS="dkdv_kernel dq_stored_kernel"), or
 # dq_kernel with FLAMIA_BWD_DQ=recompute. MEMORY=1 instead reports each kernel's memory
-# side: DRAM and L2 throughput, the L2 hit rate, bytes read and written at DRAM.
+# side: DRAM and L2 throughput, the L2 hit rate, bytes read and written at DRAM. BENCH names a
+# flamia_bench built already (a tree of tools/prebuild_trees.sh), which is then not rebuilt.
 set -uo pipefail
 WORKLOAD=${WORKLOAD:-fixed-16k}
 RECIPE=${RECIPE:-fp8}
@@ -21,18 +22,22 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD_DIR:-build-gpu}
 mkdir -p "$OUT"
-GEN=()
-command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G Ninja)
-{ cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release &&
-  cmake --build "$BUILD" -j"$(nproc)" --target flamia_bench; } >"$OUT/build.log" 2>&1 ||
-  { tail -30 "$OUT/build.log"; exit 1; }
+if [ -z "${BENCH:-}" ]; then
+  GEN=()
+  command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G Ninja)
+  { cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build "$BUILD" -j"$(nproc)" --target flamia_bench; } >"$OUT/build.log" 2>&1 ||
+    { tail -30 "$OUT/build.log"; exit 1; }
+  BENCH=$BUILD/flamia_bench
+fi
+[ -x "$BENCH" ] || { echo "backward_profile: $BENCH is not an executable"; exit 2; }
 command -v ncu >/dev/null 2>&1 || { echo "backward_profile: ncu not found"; exit 2; }
 for k in ${KERNELS:-dkdv_kernel dq_kernel forward_fast_kernel}; do
   if [ "${STALLS:-0}" = 1 ]; then
     echo "==== ncu source counters: $k, $WORKLOAD $RECIPE"
     timeout 240 ncu --clock-control none -k "regex:$k" -c 1 --section WarpStateStats --section SourceCounters \
       --section InstructionStats -f -o "$OUT/src_$k" \
-      "$BUILD/flamia_bench" --workloads "$WORKLOAD" --recipes "$RECIPE" --iters 1 --warmup 0 >"$OUT/ncu_src_$k.log" 2>&1 ||
+      "$BENCH" --workloads "$WORKLOAD" --recipes "$RECIPE" --iters 1 --warmup 0 >"$OUT/ncu_src_$k.log" 2>&1 ||
       { tail -5 "$OUT/ncu_src_$k.log"; continue; }
     ncu -i "$OUT/src_$k.ncu-rep" --page source --csv --print-source sass >"$OUT/sass_$k.csv" 2>"$OUT/sass_$k.err" ||
       { head -5 "$OUT/sass_$k.err"; continue; }
@@ -44,7 +49,7 @@ for k in ${KERNELS:-dkdv_kernel dq_kernel forward_fast_kernel}; do
     echo "==== ncu memory: $k, $WORKLOAD $RECIPE"
     timeout 240 ncu --clock-control none -k "regex:$k" -c 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
       --section MemoryWorkloadAnalysis_Tables --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
-      --print-details all "$BUILD/flamia_bench" --workloads "$WORKLOAD" --recipes "$RECIPE" --iters 1 --warmup 0 \
+      --print-details all "$BENCH" --workloads "$WORKLOAD" --recipes "$RECIPE" --iters 1 --warmup 0 \
       >"$OUT/ncu_mem_$k.txt" 2>&1
     grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Memory Throughput|L2 Hit Rate|L1/TEX Hit Rate|Mem Busy|Max Bandwidth|dram__bytes|lts__t_sector_hit_rate" \
       "$OUT/ncu_mem_$k.txt" | head -20
@@ -54,7 +59,7 @@ for k in ${KERNELS:-dkdv_kernel dq_kernel forward_fast_kernel}; do
   timeout 240 ncu --clock-control none -k "regex:$k" -c 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section InstructionStats --print-details all \
-    "$BUILD/flamia_bench" --workloads "$WORKLOAD" --recipes "$RECIPE" --iters 1 --warmup 0 >"$OUT/ncu_$k.txt" 2>&1
+    "$BENCH" --workloads "$WORKLOAD" --recipes "$RECIPE" --iters 1 --warmup 0 >"$OUT/ncu_$k.txt" 2>&1
   grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Compute \(SM\) Throughput|Memory Throughput|Stall [A-Z]|Warp Cycles Per Issued" \
     "$OUT/ncu_$k.txt" | head -45
   # ncu counts warp instructions; x32 threads / 4.33e9 scores.

@@ -334,6 +334,8 @@ class FlexImpl(AutogradImpl):
 
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
             _FLEX_COMPILED["fn"] = torch.compile(flex_attention, dynamic=False)
+            # Compiled, the mask's construction never materialises a T x T mask on long packs.
+            _FLEX_COMPILED["mask"] = torch.compile(create_block_mask)
         self.fn = _FLEX_COMPILED["fn"]
         w = inp.w
         T = w.total_tokens
@@ -345,10 +347,7 @@ class FlexImpl(AutogradImpl):
             same = doc[q_idx] == doc[kv_idx]
             return (same & (q_idx >= kv_idx)) if causal else same
 
-        try:  # _compile avoids materialising a T x T mask on long packs
-            self.block_mask = create_block_mask(mask_mod, None, None, T, T, device="cuda", _compile=True)
-        except TypeError:
-            self.block_mask = create_block_mask(mask_mod, None, None, T, T, device="cuda")
+        self.block_mask = _FLEX_COMPILED["mask"](mask_mod, None, None, T, T, device="cuda")
         # [1, H, T, D] contiguous copies, made outside timing.
         self.q = inp.q.detach().transpose(0, 1).unsqueeze(0).contiguous().requires_grad_()
         self.k = inp.k.detach().transpose(0, 1).unsqueeze(0).contiguous().requires_grad_()
