@@ -26,13 +26,7 @@ if [[ $gpu == *H200* && ${SKIP_HARNESS:-0} != 1 ]]; then
   tail -22 $OUT/h200/harness_console.txt
   exit 0
 fi
-FILTER='*Shapes.MatchesSpec/*:*Matrix*:*StoredDq*:*LargeLogits*:*NonFinite*:*CausalSafety*:*DocumentIsolation*:*Determinism*'
-for dq in hbm recompute; do
-  FLAMIA_BWD_DQ=$dq timeout 100 .ab/v128b/prebuilt/flamia_gpu_tests --gtest_filter="$FILTER" > /tmp/checks_$dq.txt 2>&1
-  echo "GPU checks (FLAMIA_BWD_DQ=$dq) exit $? at $(( $(date +%s) - T0 )) s: $(grep -E '^\[  (PASSED|FAILED)  \]' /tmp/checks_$dq.txt | tr '\n' ' ')"
-  grep -E '^\[  FAILED  \]' /tmp/checks_$dq.txt | head -5
-  grep -E '^\[  (PASSED|FAILED|SKIPPED)|^\[  FAILED' /tmp/checks_$dq.txt > $OUT/checks_$dq.txt
-done
+OUT=$OUT bash tools/backward_checks.sh .ab/v128b
 left=$(( 570 - ($(date +%s) - T0) ))
 echo "==== A/B ($left s left)"
 [ $left -gt 120 ] && OUT=$OUT/ab WORKLOADS=fixed-4k,fixed-16k,pack-32k,llama8b-pack,llama1b-pack RECIPES=fp8_mixed,fp8 \
