@@ -443,7 +443,10 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
       load_key_values(s, n);
     });
   };
-  load_step(0);
+  // The ring runs kBwdStages - 1 key tiles ahead: at D = 128 a step issues the next tile's S
+  // and dP in its middle, so tiles requested one step ahead had half a step to arrive.
+  constexpr int kAhead = kBwdStages - 1;
+  for (int n = 0; n < kAhead && n < num_key_tiles; ++n) load_step(n);
   ptx::cp_async_commit();
   own_rows_ready();
 
@@ -467,7 +470,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
     issue_dq_scores<D, kMixed>(s, dp, smem, S::queries(wg), use.index);
   }
   for (int n = 0; n < num_key_tiles; ++n) {
-    if (n + 1 < num_key_tiles) load_step(n + 1);
+    if (n + kAhead < num_key_tiles) load_step(n + kAhead);
     const int n0 = n * kTileTokens;
     mbar::wait(base + S::full(use.index), use.phase);  // as in dkdv_kernel
     if constexpr (kMixed) {
