@@ -96,10 +96,12 @@ constexpr int kDqThreads = kDqWarpgroups * kThreads;
 // At D = 64 the dQ CTA fits in 128 registers a thread: two CTAs (16 warps) per SM.
 template <int D>
 constexpr int kDqCtasPerSm = D == 64 ? 2 : 1;
-// The streamed side's ring: three stages loaded one step ahead, so a warpgroup can run up to
-// two steps ahead of the other before a refill waits for it. The fused dQ's dK/dV pass has
-// two: its dS and Kᵀ tiles take the third's shared memory, and its warpgroups meet every
-// step anyway.
+// The streamed side's ring: three stages. The dK/dV pass loads one step ahead, so a
+// warpgroup can run up to two steps ahead of the other before a refill waits for it (two
+// ahead, which holds them within a step, was slower: docs/PERFORMANCE.md v128); the dQ pass
+// loads two key tiles ahead (its next tile's products start mid-step, v128c). The fused dQ's
+// dK/dV pass has two: its dS and Kᵀ tiles take the third's shared memory, and its
+// warpgroups meet every step anyway.
 constexpr int kBwdStages = 3;
 static_assert(kDkdvWarpgroups * kTileTokens == tiles::kFwdBlockM &&
                   kDqWarpgroups * kTileTokens == tiles::kFwdBlockM,

@@ -27,21 +27,22 @@
 //    (dq_stored_kernel; the same bits, 2 or 1.06 bytes a score of workspace, in slabs of
 //    heads: stored_ds_plan). FLAMIA_BWD_DQ=fused (fp8_mixed, D = 128) forms dQ inside the
 //    dK/dV pass by FP32 reductions instead (no dQ kernel; not deterministic).
-// Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the
-// products reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major
-// core matrices), zero past the document end. The other side streams through a ring of
-// kBwdStages stages, one step ahead: its FP8 tiles by TMA, started by one thread (each stage's
-// `full` mbarrier counts their bytes) — 64 token rows of D codes in a D-byte swizzle (B of the products reduced over
-// D) and D rows of 64 token positions of the quantizer's fragment-ordered transposed copies in
-// a 64-byte swizzle (B of those reduced over tokens) — and its per-token values (scales, LSE,
-// D) by cp.async, since a 64-value run of an [H][T] array need not start 16-byte aligned as a
-// TMA box must. fp8_mixed's BF16 operands (q for dK, dO for dV, k for dQ) are stage tiles
-// too, the caller's tensors themselves: 64 token rows, read MN-major (bwd_natural_rows.cuh,
-// which also says how their non-finite rows are zeroed).
+// Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the products
+// reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major core
+// matrices), zero past the document end. The other side streams through a ring of kBwdStages stages
+// (the dK/dV pass one step ahead, the dQ pass two): its FP8 tiles by TMA, started by one thread
+// (each stage's `full` mbarrier counts their bytes) — 64 token rows of D codes in a D-byte swizzle
+// (B of the products reduced over D) and D rows of 64 token positions of the quantizer's
+// fragment-ordered transposed copies in a 64-byte swizzle (B of those reduced over tokens) — and
+// its per-token values (scales, LSE, D) by cp.async, since a 64-value run of an [H][T] array need
+// not start 16-byte aligned as a TMA box must. fp8_mixed's BF16 operands (q for dK, dO for dV, k
+// for dQ) are stage tiles too, the caller's tensors themselves: 64 token rows, read MN-major
+// (bwd_natural_rows.cuh, which also says how their non-finite rows are zeroed).
 // No CTA barrier orders the steps: every thread's per-token copies arrive on the stage's
 // `full` mbarrier when they land, each thread arrives on its `empty` mbarrier when done with
-// it, and a stage is refilled only after every thread left it; so the two warpgroups drift up to
-// two steps apart and one's MMAs overlap the other's FP32 work.
+// it, and a stage is refilled only after every thread left it; so the dK/dV pass's two
+// warpgroups drift up to two steps apart (the dQ pass's one) and one's MMAs overlap the
+// other's FP32 work.
 // TMA tiles are not cleared past the document end: their rows or columns there hold the
 // next document's codes or values, the transposed copies' padding, or TMA's zeros past the
 // tensor, and every one is finite — the quantizer (quantize.cu, the same kernel for q/k/v and
