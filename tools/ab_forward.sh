@@ -7,7 +7,9 @@
 # built by tools/prebuild_trees.sh; the reference is not checked.
 #   OUT=... bash tools/ab_forward.sh .ab/main .ab/v111 .ab/v111b
 # Environment: OUT (required: gpu_checks_<tree>.txt here, the A/B's ab_bench.md and
-# ab_bench_runs.json under $OUT/ab), FILTER (the checks' gtest filter), and ab_bench.sh's
+# ab_bench_runs.json under $OUT/ab), FILTER (the checks' gtest filter), CHECKS=backward (each
+# candidate's checks are tools/backward_checks.sh's instead: the backward's, in both dQ forms;
+# verdicts under $OUT/checks_<tree>/), and ab_bench.sh's
 # WORKLOADS (default the four D = 128 workloads and llama1b-pack), RECIPES (fp8), ROUNDS (3),
 # PHASES (fwd,step); AB_SECONDS bounds the A/B (default 300).
 set -uo pipefail
@@ -19,6 +21,11 @@ trees=$1
 shift
 for t in "$@"; do
   n=$(basename "$t")
+  if [ "${CHECKS:-}" = backward ]; then
+    mkdir -p "$OUT/checks_$n"
+    OUT=$OUT/checks_$n bash "$ROOT/tools/backward_checks.sh" "$t" && trees="$trees $t"
+    continue
+  fi
   timeout 120 "$t/prebuilt/flamia_gpu_tests" --gtest_filter="$FILTER" >"$OUT/gpu_checks_$n.txt" 2>&1
   rc=$?
   echo "GPU checks $n exit $rc after $SECONDS s: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gpu_checks_$n.txt" | tr '\n' ' ')"
