@@ -4,6 +4,9 @@ timed as they train (forward, backward, optimizer step), once with the recipe's 
 and once with attention replaced by a stand-in that does no work (it returns q, so the shapes
 and everything around attention stay); share = 1 - t_without / t_with, from the medians of
 the timed steps after a warm-up. Both runs start from the same weights and see the same packs.
+On a GPU each run's peak allocation (model, optimizer state, activations, attention's saved
+state and workspace) is reported too, and their difference is what attention adds to a
+training step's memory.
 
     python training/attention_share.py --recipe fp8
     python training/attention_share.py --recipe bf16 --head-dim 128 --pack-tokens 65536 --max-doc-len 16384
@@ -33,8 +36,17 @@ def no_attention(q, k, v, cu_seqlens, max_seqlen, kind, causal=True, scale=None,
     return q
 
 
-def time_steps(args: argparse.Namespace, device: torch.device, corpus: PackedCorpus, with_attention: bool) -> list:
+def time_steps(args: argparse.Namespace, device: torch.device, corpus: PackedCorpus,
+               with_attention: bool) -> tuple:
+    """The timed steps' seconds, and the run's peak allocation in MiB above what was allocated
+    when it began (so that nothing an earlier run left, such as a cached workspace, counts)
+    (None on the CPU)."""
     torch.manual_seed(args.seed)
+    start = 0
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
     model = M.Model(TR.model_config(args.model_size, args.recipe, args.max_doc_len, args.head_dim)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     ac = M.autocast_ctx(device)
@@ -58,7 +70,8 @@ def time_steps(args: argparse.Namespace, device: torch.device, corpus: PackedCor
                 times.append(time.perf_counter() - t0)
     finally:
         M.attention = real
-    return times
+    peak = (torch.cuda.max_memory_allocated(device) - start) / 2**20 if device.type == "cuda" else None
+    return times, peak
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -78,8 +91,9 @@ def main(argv: Optional[list] = None) -> int:
     device = torch.device(args.device)
     TR.check_recipe(args.recipe, device)
     corpus = PackedCorpus(args.data_dir, "train", args.pack_tokens, args.max_doc_len, args.seed, shuffle=True)
-    with_s = statistics.median(time_steps(args, device, corpus, True))
-    without_s = statistics.median(time_steps(args, device, corpus, False))
+    with_t, with_peak = time_steps(args, device, corpus, True)
+    without_t, without_peak = time_steps(args, device, corpus, False)
+    with_s, without_s = statistics.median(with_t), statistics.median(without_t)
     res = {"recipe": args.recipe, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "model_size": args.model_size, "head_dim": args.head_dim, "pack_tokens": args.pack_tokens,
            "max_doc_len": args.max_doc_len, "steps": args.steps,
@@ -87,6 +101,9 @@ def main(argv: Optional[list] = None) -> int:
            "attention_ms": round(1e3 * (with_s - without_s), 3),
            "attention_share": round(1.0 - without_s / with_s, 4),
            "tokens_per_s": round(args.pack_tokens / with_s, 1)}
+    if with_peak is not None:
+        res.update(peak_mib_with_attention=round(with_peak, 1), peak_mib_without_attention=round(without_peak, 1),
+                   attention_peak_mib=round(with_peak - without_peak, 1))
     print(json.dumps(res))
     if args.out is not None:
         with open(args.out, "a") as f:

@@ -40,7 +40,8 @@ def test_share_from_the_median_step_times(tmp_path, capsys, monkeypatch):
     # Known step times in place of the timed runs: medians 11 ms with attention, 6 without.
     write_corpus(tmp_path)
     times = {True: [0.010, 0.013, 0.011], False: [0.006, 0.005, 0.009]}
-    monkeypatch.setattr(attention_share, "time_steps", lambda args, device, corpus, with_attention: times[with_attention])
+    monkeypatch.setattr(attention_share, "time_steps",
+                        lambda args, device, corpus, with_attention: (times[with_attention], None))
     assert attention_share.main(["--recipe", "bf16", "--data-dir", str(tmp_path), "--model-size", "tiny",
                                  "--pack-tokens", "1024", "--max-doc-len", "512", "--device", "cpu"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -48,6 +49,19 @@ def test_share_from_the_median_step_times(tmp_path, capsys, monkeypatch):
     assert res["attention_ms"] == 5.0
     assert res["attention_share"] == pytest.approx(5.0 / 11.0, abs=1e-4)
     assert res["tokens_per_s"] == pytest.approx(1024 / 0.011, abs=0.1)
+    assert "attention_peak_mib" not in res  # no peak without a GPU
+
+
+def test_peak_memory_difference(tmp_path, capsys, monkeypatch):
+    # A GPU run's peaks (MiB): what attention adds is the difference of the two runs'.
+    write_corpus(tmp_path)
+    runs = {True: ([0.010], 1500.0), False: ([0.006], 1200.0)}
+    monkeypatch.setattr(attention_share, "time_steps", lambda args, device, corpus, with_attention: runs[with_attention])
+    assert attention_share.main(["--recipe", "bf16", "--data-dir", str(tmp_path), "--model-size", "tiny",
+                                 "--pack-tokens", "1024", "--max-doc-len", "512", "--device", "cpu"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["peak_mib_with_attention"] == 1500.0 and res["peak_mib_without_attention"] == 1200.0
+    assert res["attention_peak_mib"] == 300.0
 
 
 def test_stand_in_does_no_attention():
