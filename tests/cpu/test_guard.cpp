@@ -103,9 +103,6 @@ TEST(Guard, CuSeqlensFaults) {
     if (c.fault == guard::kNone) continue;
     const std::string msg = describe_fault(e);
     EXPECT_NE(msg.find(c.message), std::string::npos) << c.name << ": " << msg;
-    // The host check of a host cu_seqlens gives the same message.
-    const auto st = flamia::api::validate_cu_seqlens_values(c.cu.data(), int(c.cu.size()) - 1, c.T, c.max_seqlen);
-    EXPECT_EQ(st.message, msg) << c.name;
   }
 }
 
@@ -224,11 +221,6 @@ TEST(Guard, FingerprintSeparatesCallsThatDiffer) {
   uint64_t reversed = shape;
   for (int64_t i = 4; i >= 0; --i) reversed += guard::entry_fingerprint(i, cu[size_t(i)]);
   EXPECT_EQ(guard::finish_fingerprint(reversed), base);
-}
-
-TEST(Guard, CheckErrorsWithoutDeviceCalls) {
-  // No device call has run in this process: nothing can have been recorded.
-  EXPECT_EQ(flamia_check_errors(-1), FLAMIA_SUCCESS) << flamia_last_error();
 }
 
 }  // namespace

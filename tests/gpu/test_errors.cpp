@@ -1,6 +1,6 @@
-// Bad input on the device path: the call returns the documented status with a message,
-// launches nothing (outputs keep their poison), and leaves the library and the CUDA context
-// usable (a valid call right after succeeds).
+// Bad input on the device path: the call returns the documented status with a message that
+// names the argument, launches nothing (outputs keep their poison), and leaves the library
+// and the CUDA context usable (a valid call right after succeeds).
 #if defined(FLAMIA_WITH_CUDA)
 
 #include <cstring>
@@ -43,33 +43,41 @@ class ErrorsSmall : public ::testing::Test {
     EXPECT_EQ(b.dq, b_.dq);
   }
 
-  // Status of a forward with the given arguments; the output must keep its poison.
+  // A rejected call says why: its message holds `says` (the argument it names). The message
+  // is the thread's last failure's and stays until the next one, so only its content tells
+  // this call's from an earlier call's.
+  static void expect_message(const char* says) {
+    EXPECT_NE(std::string(flamia_last_error()).find(says), std::string::npos)
+        << "the message \"" << flamia_last_error() << "\" should say \"" << says << "\"";
+  }
+
+  // Status of a forward with the given arguments; a rejected one's message holds `says` and
+  // the output keeps its poison.
   flamia_status forward(const flamia_attention_args& a, flamia_tensor out, flamia_tensor lse, void* qkv8,
-                        size_t qkv8_bytes, int filled) {
+                        size_t qkv8_bytes, int filled, const char* says) {
     r_->poison();
     const flamia_status st = flamia_forward(&a, out, lse, qkv8, qkv8_bytes, filled);
     r_->sync();
     if (st != FLAMIA_SUCCESS) {
-      EXPECT_STRNE(flamia_last_error(), "") << "a failed call must say why";
+      expect_message(says);
       expect_untouched();
     }
     return st;
   }
 
-  flamia_status quantize(const flamia_attention_args& a, void* qkv8, size_t bytes, int for_backward) {
+  flamia_status quantize(const flamia_attention_args& a, void* qkv8, size_t bytes, int for_backward,
+                         const char* says) {
     r_->poison();
     const flamia_status st = flamia_quantize_qkv(&a, qkv8, bytes, for_backward);
     r_->sync();
-    if (st != FLAMIA_SUCCESS) {
-      EXPECT_STRNE(flamia_last_error(), "");
-    }
+    if (st != FLAMIA_SUCCESS) expect_message(says);
     return st;
   }
 
   // The backward needs a filled qkv8 and the forward's O/LSE: run a valid quantize + forward
   // first (they overwrite the poison), then poison only the gradients.
   flamia_status backward(const flamia_attention_args& a, flamia_tensor dout, const void* qkv8, size_t qkv8_bytes,
-                         void* ws, size_t ws_bytes, flamia_tensor dq) {
+                         void* ws, size_t ws_bytes, flamia_tensor dq, const char* says) {
     FwdResult f;
     EXPECT_EQ(r_->step(r_->args(), r_->dout_view(), false, &f, nullptr), FLAMIA_SUCCESS);
     const size_t gbytes = size_t(c_.tokens()) * c_.hq * c_.d * 2;
@@ -79,7 +87,7 @@ class ErrorsSmall : public ::testing::Test {
                                              ws_bytes, dq, r_->dk_view(), r_->dv_view());
     r_->sync();
     if (st != FLAMIA_SUCCESS) {
-      EXPECT_STRNE(flamia_last_error(), "");
+      expect_message(says);
       std::vector<uint8_t> h(gbytes);
       check_cuda(cudaMemcpy(h.data(), r_->dq_view().data, gbytes, cudaMemcpyDeviceToHost), "download dq");
       EXPECT_EQ(h, std::vector<uint8_t>(gbytes, 0xFF)) << "a rejected backward wrote dQ";
@@ -169,21 +177,23 @@ TEST_F(ErrorsSmall, ABackwardOnAThreadWithoutCudaCallsSucceeds) {
 }
 
 TEST_F(ErrorsSmall, HostTensorInDeviceCall) {
+  // q decides where the call runs; here on the host, with k still on the device.
   flamia_attention_args a = r_->args();
   a.q.data = host_q_.data();
   a.q.device = FLAMIA_DEVICE_HOST;
-  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0, "device mismatch: q on host"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(quantize(a, r_->qkv8(), r_->qkv8_bytes(), 1), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(quantize(a, r_->qkv8(), r_->qkv8_bytes(), 1, "device mismatch: q on host"),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(backward(a, r_->dout_view(), r_->qkv8(), r_->qkv8_bytes(), r_->workspace(), r_->workspace_bytes(),
-                     r_->dq_view()),
+                     r_->dq_view(), "device mismatch: q on host"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
 
   // cu_seqlens on the host while the tensors are on the device.
   a = r_->args();
   a.cu_seqlens.data = host_cu_.data();
   a.cu_seqlens.device = FLAMIA_DEVICE_HOST;
-  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0, "cu_seqlens on host"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
 
   // An output on the host.
@@ -191,11 +201,11 @@ TEST_F(ErrorsSmall, HostTensorInDeviceCall) {
   flamia_tensor out = r_->out_view();
   out.data = host_out.data();
   out.device = FLAMIA_DEVICE_HOST;
-  EXPECT_EQ(forward(r_->args(), out, r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(r_->args(), out, r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0, "out on host"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(host_out, std::vector<uint16_t>(host_out.size(), 0)) << "a rejected call wrote a host output";
 
-  // A gradient on the host.
+  // A gradient on the host: nothing is written, neither it nor the device's dK and dV.
   std::vector<uint16_t> host_dq(in_.q.size(), 0);
   flamia_tensor dq = r_->dq_view();
   dq.data = host_dq.data();
@@ -205,18 +215,24 @@ TEST_F(ErrorsSmall, HostTensorInDeviceCall) {
   EXPECT_EQ(flamia_backward(&a, r_->dout_view(), r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(),
                             r_->workspace(), r_->workspace_bytes(), dq, r_->dk_view(), r_->dv_view()),
             FLAMIA_ERROR_INVALID_ARGUMENT);
+  expect_message("dq on host");
   r_->sync();
+  EXPECT_EQ(host_dq, std::vector<uint16_t>(host_dq.size(), 0)) << "a rejected backward wrote a host dQ";
+  BwdResult b;
+  r_->download_bwd(&b);
+  EXPECT_EQ(b.dk, std::vector<uint16_t>(b.dk.size(), 0xFFFF)) << "a rejected backward wrote dK";
+  EXPECT_EQ(b.dv, std::vector<uint16_t>(b.dv.size(), 0xFFFF)) << "a rejected backward wrote dV";
 }
 
 TEST_F(ErrorsSmall, TensorsOnDifferentDevices) {
   // One tensor claims another device ordinal (present or not, the call cannot run).
   flamia_attention_args a = r_->args();
   a.v.device = r_->device() + 1;
-  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0, ", v on cuda:"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
   flamia_tensor lse = r_->lse_view();
   lse.device = r_->device() + 1;
-  EXPECT_EQ(forward(r_->args(), r_->out_view(), lse, r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(r_->args(), r_->out_view(), lse, r_->qkv8(), r_->qkv8_bytes(), 0, ", lse on cuda:"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
 }
 
@@ -224,35 +240,35 @@ TEST_F(ErrorsSmall, MisalignedPointers) {
   // A BF16 tensor at an odd address cannot be read as BF16 at all.
   flamia_attention_args a = r_->args();
   a.q.data = static_cast<char*>(a.q.data) + 1;
-  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0, "q: data pointer"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(quantize(a, r_->qkv8(), r_->qkv8_bytes(), 1), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(quantize(a, r_->qkv8(), r_->qkv8_bytes(), 1, "q: data pointer"), FLAMIA_ERROR_INVALID_ARGUMENT);
 
   a = r_->args();
   a.k.data = static_cast<char*>(a.k.data) + 1;
-  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0, "k: data pointer"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
 
   flamia_tensor out = r_->out_view();
   out.data = static_cast<char*>(out.data) + 1;
-  EXPECT_EQ(forward(r_->args(), out, r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(r_->args(), out, r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0, "out: data pointer"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
 
   flamia_tensor lse = r_->lse_view();
   lse.data = static_cast<char*>(lse.data) + 2;  // FP32 at a 2-byte offset
-  EXPECT_EQ(forward(r_->args(), r_->out_view(), lse, r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(r_->args(), r_->out_view(), lse, r_->qkv8(), r_->qkv8_bytes(), 0, "lse: data pointer"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
 
   flamia_tensor dout = r_->dout_view();
   dout.data = static_cast<char*>(dout.data) + 1;
   EXPECT_EQ(backward(r_->args(), dout, r_->qkv8(), r_->qkv8_bytes(), r_->workspace(), r_->workspace_bytes(),
-                     r_->dq_view()),
+                     r_->dq_view(), "dout: data pointer"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
 
   flamia_tensor dq = r_->dq_view();
   dq.data = static_cast<char*>(dq.data) + 1;
   EXPECT_EQ(backward(r_->args(), r_->dout_view(), r_->qkv8(), r_->qkv8_bytes(), r_->workspace(),
-                     r_->workspace_bytes(), dq),
+                     r_->workspace_bytes(), dq, "dq: data pointer"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
 }
 
@@ -263,15 +279,17 @@ TEST_F(ErrorsSmall, QuantizedBufferTooSmall) {
   ASSERT_GE(need_bwd, need_fwd);
   ASSERT_EQ(r_->qkv8_bytes(), need_bwd);
   const flamia_attention_args a = r_->args();
-  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), need_fwd - 1, 0),
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), need_fwd - 1, 0, "qkv8_bytes:"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), nullptr, need_bwd, 0), FLAMIA_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(quantize(a, r_->qkv8(), need_fwd - 1, 0), FLAMIA_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(quantize(a, r_->qkv8(), need_bwd - 1, 1), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), nullptr, need_bwd, 0, "qkv8: null pointer"),
+            FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(quantize(a, r_->qkv8(), need_fwd - 1, 0, "qkv8_bytes:"), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(quantize(a, r_->qkv8(), need_bwd - 1, 1, "qkv8_bytes:"), FLAMIA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(backward(a, r_->dout_view(), r_->qkv8(), need_bwd - 1, r_->workspace(), r_->workspace_bytes(),
-                     r_->dq_view()),
+                     r_->dq_view(), "qkv8_bytes:"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(backward(a, r_->dout_view(), nullptr, need_bwd, r_->workspace(), r_->workspace_bytes(), r_->dq_view()),
+  EXPECT_EQ(backward(a, r_->dout_view(), nullptr, need_bwd, r_->workspace(), r_->workspace_bytes(), r_->dq_view(),
+                     "qkv8: null pointer"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
   // The size functions reject nonsense with 0.
   EXPECT_EQ(flamia_qkv8_bytes(c_.tokens(), c_.num_docs(), 3, 2, c_.d, c_.recipe, 1), 0u) << "Hq % Hkv != 0";
@@ -282,24 +300,27 @@ TEST_F(ErrorsSmall, WorkspaceTooSmall) {
   const size_t need = flamia_backward_workspace_bytes(c_.tokens(), c_.num_docs(), c_.hq, c_.hkv, c_.d, c_.recipe);
   ASSERT_GT(need, 0u) << "the backward needs at least the quantized dO";
   const flamia_attention_args a = r_->args();
-  EXPECT_EQ(backward(a, r_->dout_view(), r_->qkv8(), r_->qkv8_bytes(), r_->workspace(), need - 1, r_->dq_view()),
+  EXPECT_EQ(backward(a, r_->dout_view(), r_->qkv8(), r_->qkv8_bytes(), r_->workspace(), need - 1, r_->dq_view(),
+                     "workspace_bytes:"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(backward(a, r_->dout_view(), r_->qkv8(), r_->qkv8_bytes(), nullptr, need, r_->dq_view()),
+  EXPECT_EQ(backward(a, r_->dout_view(), r_->qkv8(), r_->qkv8_bytes(), nullptr, need, r_->dq_view(),
+                     "workspace: null pointer"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
 }
 
 TEST_F(ErrorsSmall, ShapeAndDtypeMismatch) {
   flamia_attention_args a = r_->args();
   a.q.dtype = FLAMIA_DTYPE_FP32;
-  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0, "q: expected dtype bf16"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
   flamia_tensor lse = r_->lse_view();
   lse.shape[1] -= 1;  // [Hq, T - 1]
-  EXPECT_EQ(forward(r_->args(), r_->out_view(), lse, r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(r_->args(), r_->out_view(), lse, r_->qkv8(), r_->qkv8_bytes(), 0, "lse: expected shape"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
   a = r_->args();
   a.k.shape[1] = 3;  // Hq = 4 is not a multiple of Hkv = 3
-  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0),
+  EXPECT_EQ(forward(a, r_->out_view(), r_->lse_view(), r_->qkv8(), r_->qkv8_bytes(), 0,
+                    "is not a multiple of Hkv = 3"),
             FLAMIA_ERROR_INVALID_ARGUMENT);
 }
 
@@ -329,14 +350,27 @@ TEST(BackwardInputs, Fp8MixedNeedsQAndK) {
       return st;
     };
     const bool mixed = recipe == FLAMIA_RECIPE_FP8_MIXED;
+    // The gradients poisoned (qkv8, O and LSE stay as the forward left them).
+    auto poison_gradients = [&] {
+      const size_t q_bytes = size_t(c.tokens()) * c.hq * c.d * 2, kv_bytes = size_t(c.tokens()) * c.hkv * c.d * 2;
+      check_cuda(cudaMemsetAsync(r.dq_view().data, 0xFF, q_bytes, r.stream()), "poison dq");
+      check_cuda(cudaMemsetAsync(r.dk_view().data, 0xFF, kv_bytes, r.stream()), "poison dk");
+      check_cuda(cudaMemsetAsync(r.dv_view().data, 0xFF, kv_bytes, r.stream()), "poison dv");
+    };
     for (const bool q : {false, true}) {
       for (const bool k : {false, true}) {
         if (q && k) continue;
+        if (mixed) poison_gradients();
         const flamia_status st = run(q, k);
         if (mixed) {
           EXPECT_EQ(st, FLAMIA_ERROR_INVALID_ARGUMENT);
           const std::string want_name = std::string(q ? "k" : "q") + ": data pointer is null";
           EXPECT_NE(std::string(flamia_last_error()).find(want_name), std::string::npos) << flamia_last_error();
+          BwdResult untouched;
+          r.download_bwd(&untouched);
+          EXPECT_EQ(untouched.dq, std::vector<uint16_t>(untouched.dq.size(), 0xFFFF)) << "a refused backward wrote dQ";
+          EXPECT_EQ(untouched.dk, std::vector<uint16_t>(untouched.dk.size(), 0xFFFF)) << "a refused backward wrote dK";
+          EXPECT_EQ(untouched.dv, std::vector<uint16_t>(untouched.dv.size(), 0xFFFF)) << "a refused backward wrote dV";
         } else {
           EXPECT_EQ(st, FLAMIA_SUCCESS) << flamia_last_error();
         }
