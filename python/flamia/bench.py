@@ -1130,8 +1130,10 @@ def draw_charts(recs: List[Record], out_dir: str) -> List[str]:
         for ax, key, title in ((axes[0], "step_speedup_vs_best_baseline", "fwd+bwd (step)"),
                                (axes[1], "fwd_speedup_vs_best_baseline", "quant+fwd")):
             width = 0.8 / len(FLAMIA_RECIPES)
+            top = 1.0
             for i, rcp in enumerate(FLAMIA_RECIPES):
                 ys = [fl[(wl, rcp)].extra.get(key) if (wl, rcp) in fl else None for wl in wls]
+                top = max([top] + [y for y in ys if y])
                 xs = [j + i * width for j in range(len(wls))]
                 bars = ax.bar(xs, [y or 0 for y in ys], width, label=f"flamia {rcp}")
                 for bx, y in zip(bars, ys):
@@ -1143,7 +1145,8 @@ def draw_charts(recs: List[Record], out_dir: str) -> List[str]:
             ax.set_xticklabels(wls, rotation=30, ha="right")
             ax.set_ylabel("speedup vs fastest baseline")
             ax.set_title(f"flamia {title} speedup over the fastest baseline")
-            ax.legend(fontsize=8)
+            ax.set_ylim(0, 1.3 * top)  # room above the bars' labels for the legend
+            ax.legend(fontsize=8, loc="upper left", ncol=len(FLAMIA_RECIPES))
         fig.tight_layout()
         p = os.path.join(out_dir, "speedup.png")
         fig.savefig(p, dpi=120)
