@@ -39,8 +39,8 @@ def no_attention(q, k, v, cu_seqlens, max_seqlen, kind, causal=True, scale=None,
 def time_steps(args: argparse.Namespace, device: torch.device, corpus: PackedCorpus,
                with_attention: bool) -> tuple:
     """The timed steps' seconds, and the run's peak allocation in MiB above what was allocated
-    when it began (so that nothing an earlier run left, such as a cached workspace, counts)
-    (None on the CPU)."""
+    when it began, so that nothing an earlier run left (a cached workspace) counts; None on
+    the CPU."""
     torch.manual_seed(args.seed)
     start = 0
     if device.type == "cuda":

@@ -240,8 +240,15 @@ void GpuRunner::upload(const Inputs& in) {
 }
 
 void GpuRunner::poison() {
-  for (const DeviceBuffer* b : {&out_, &lse_, &dq_, &dk_, &dv_, &qkv8_, &ws_}) {
+  for (const DeviceBuffer* b : {&out_, &lse_, &qkv8_, &ws_}) {
     check_cuda(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), stream_), "poison");
+  }
+  poison_gradients();
+}
+
+void GpuRunner::poison_gradients() {
+  for (const DeviceBuffer* b : {&dq_, &dk_, &dv_}) {
+    check_cuda(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), stream_), "poison gradients");
   }
 }
 
@@ -296,9 +303,8 @@ flamia_status GpuRunner::step(const flamia_attention_args& a, const flamia_tenso
 }
 
 flamia_status GpuRunner::backward_after_forward(BwdResult* bwd) {
-  for (const DeviceBuffer* b : {&dq_, &dk_, &dv_, &ws_}) {
-    check_cuda(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), stream_), "poison");
-  }
+  poison_gradients();
+  check_cuda(cudaMemsetAsync(ws_.get(), 0xFF, ws_.bytes(), stream_), "poison workspace");
   const flamia_attention_args a = args();
   const flamia_status st = flamia_backward(&a, dout_view(), out_view(), lse_view(), qkv8_.get(), qkv8_.bytes(),
                                            ws_.get(), ws_.bytes(), dq_view(), dk_view(), dv_view());

@@ -137,7 +137,8 @@ class GpuRunner {
   size_t workspace_bytes_written_from(size_t offset);
 
   void upload(const Inputs& in);
-  void poison();
+  void poison();            // every output and buffer the calls write
+  void poison_gradients();  // dq, dk, dv only (qkv8, O and LSE stay for a backward)
   void sync();
 
   // flamia_quantize_qkv(for_backward = 1) then flamia_forward(qkv8_filled = 1): the training

@@ -16,6 +16,11 @@
 namespace flamia_gpu_test {
 namespace {
 
+// Every element of a downloaded output still holds the 0xFF poison.
+void expect_poisoned(const std::vector<uint16_t>& g, const char* what) {
+  EXPECT_EQ(g, std::vector<uint16_t>(g.size(), 0xFFFF)) << "a rejected call wrote " << what;
+}
+
 class ErrorsSmall : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -80,17 +85,16 @@ class ErrorsSmall : public ::testing::Test {
                          void* ws, size_t ws_bytes, flamia_tensor dq, const char* says) {
     FwdResult f;
     EXPECT_EQ(r_->step(r_->args(), r_->dout_view(), false, &f, nullptr), FLAMIA_SUCCESS);
-    const size_t gbytes = size_t(c_.tokens()) * c_.hq * c_.d * 2;
-    check_cuda(cudaMemsetAsync(r_->dq_view().data, 0xFF, gbytes, r_->stream()), "poison dq");
+    r_->poison_gradients();
     r_->sync();
     const flamia_status st = flamia_backward(&a, dout, r_->out_view(), r_->lse_view(), qkv8, qkv8_bytes, ws,
                                              ws_bytes, dq, r_->dk_view(), r_->dv_view());
     r_->sync();
     if (st != FLAMIA_SUCCESS) {
       expect_message(says);
-      std::vector<uint8_t> h(gbytes);
-      check_cuda(cudaMemcpy(h.data(), r_->dq_view().data, gbytes, cudaMemcpyDeviceToHost), "download dq");
-      EXPECT_EQ(h, std::vector<uint8_t>(gbytes, 0xFF)) << "a rejected backward wrote dQ";
+      BwdResult b;
+      r_->download_bwd(&b);
+      expect_poisoned(b.dq, "dQ");
     }
     return st;
   }
@@ -220,8 +224,8 @@ TEST_F(ErrorsSmall, HostTensorInDeviceCall) {
   EXPECT_EQ(host_dq, std::vector<uint16_t>(host_dq.size(), 0)) << "a rejected backward wrote a host dQ";
   BwdResult b;
   r_->download_bwd(&b);
-  EXPECT_EQ(b.dk, std::vector<uint16_t>(b.dk.size(), 0xFFFF)) << "a rejected backward wrote dK";
-  EXPECT_EQ(b.dv, std::vector<uint16_t>(b.dv.size(), 0xFFFF)) << "a rejected backward wrote dV";
+  expect_poisoned(b.dk, "dK");
+  expect_poisoned(b.dv, "dV");
 }
 
 TEST_F(ErrorsSmall, TensorsOnDifferentDevices) {
@@ -350,17 +354,10 @@ TEST(BackwardInputs, Fp8MixedNeedsQAndK) {
       return st;
     };
     const bool mixed = recipe == FLAMIA_RECIPE_FP8_MIXED;
-    // The gradients poisoned (qkv8, O and LSE stay as the forward left them).
-    auto poison_gradients = [&] {
-      const size_t q_bytes = size_t(c.tokens()) * c.hq * c.d * 2, kv_bytes = size_t(c.tokens()) * c.hkv * c.d * 2;
-      check_cuda(cudaMemsetAsync(r.dq_view().data, 0xFF, q_bytes, r.stream()), "poison dq");
-      check_cuda(cudaMemsetAsync(r.dk_view().data, 0xFF, kv_bytes, r.stream()), "poison dk");
-      check_cuda(cudaMemsetAsync(r.dv_view().data, 0xFF, kv_bytes, r.stream()), "poison dv");
-    };
     for (const bool q : {false, true}) {
       for (const bool k : {false, true}) {
         if (q && k) continue;
-        if (mixed) poison_gradients();
+        if (mixed) r.poison_gradients();
         const flamia_status st = run(q, k);
         if (mixed) {
           EXPECT_EQ(st, FLAMIA_ERROR_INVALID_ARGUMENT);
@@ -368,9 +365,9 @@ TEST(BackwardInputs, Fp8MixedNeedsQAndK) {
           EXPECT_NE(std::string(flamia_last_error()).find(want_name), std::string::npos) << flamia_last_error();
           BwdResult untouched;
           r.download_bwd(&untouched);
-          EXPECT_EQ(untouched.dq, std::vector<uint16_t>(untouched.dq.size(), 0xFFFF)) << "a refused backward wrote dQ";
-          EXPECT_EQ(untouched.dk, std::vector<uint16_t>(untouched.dk.size(), 0xFFFF)) << "a refused backward wrote dK";
-          EXPECT_EQ(untouched.dv, std::vector<uint16_t>(untouched.dv.size(), 0xFFFF)) << "a refused backward wrote dV";
+          expect_poisoned(untouched.dq, "dQ");
+          expect_poisoned(untouched.dk, "dK");
+          expect_poisoned(untouched.dv, "dV");
         } else {
           EXPECT_EQ(st, FLAMIA_SUCCESS) << flamia_last_error();
         }
