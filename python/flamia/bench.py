@@ -821,11 +821,54 @@ def missing_baselines() -> Dict[str, str]:
 
 
 # ---- timing ----------------------------------------------------------------------------------
+class Nvml:
+    """The board's energy counter, SM clock and power through NVML (the driver's library, by
+    ctypes: no Python package needed). Every reading is None where the driver lacks one."""
+
+    def __init__(self, cuda_device: int):
+        import ctypes
+        import torch
+
+        self._c = ctypes
+        self._lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if self._lib.nvmlInit_v2() != 0:
+            raise RuntimeError("nvmlInit failed")
+        index = torch.cuda._get_nvml_device_index(cuda_device) if hasattr(torch.cuda, "_get_nvml_device_index") \
+            else cuda_device
+        self._h = ctypes.c_void_p()
+        if self._lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(self._h)) != 0:
+            raise RuntimeError(f"no NVML device {index}")
+
+    def _read(self, fn: str, ctype, *args) -> Optional[int]:
+        v = ctype()
+        rc = getattr(self._lib, fn)(self._h, *args, self._c.byref(v))
+        return int(v.value) if rc == 0 else None
+
+    def energy_mj(self) -> Optional[int]:
+        return self._read("nvmlDeviceGetTotalEnergyConsumption", self._c.c_ulonglong)
+
+    def sm_mhz(self) -> Optional[int]:
+        return self._read("nvmlDeviceGetClockInfo", self._c.c_uint, self._c.c_int(1))  # NVML_CLOCK_SM
+
+    def power_mw(self) -> Optional[int]:
+        return self._read("nvmlDeviceGetPowerUsage", self._c.c_uint)
+
+
 class Timer:
-    def __init__(self, iters: int, warmup: int):
+    def __init__(self, iters: int, warmup: int, sustained_s: float = 0.0):
         import torch
 
         self.iters, self.warmup = iters, warmup
+        # Sustained steps: back to back for sustained_s seconds after as long a run untimed, so
+        # that the board reaches the clock its power cap allows (a training run's state; the
+        # median of flushed single calls reads the step before the cap bites).
+        self.sustained_s = sustained_s
+        self.nvml: Optional[Nvml] = None
+        if sustained_s > 0:
+            try:
+                self.nvml = Nvml(torch.cuda.current_device())
+            except Exception as e:  # no energy or clock figures, the times still count
+                log(f"NVML unavailable ({_err(e)}): sustained steps without energy and clock")
         self.flush_buf = torch.empty((L2_FLUSH_BYTES // 4,), dtype=torch.int32, device="cuda")
         self.torch = torch
 
@@ -868,7 +911,48 @@ class Timer:
         res["fwd_ms"] = self.measure(lambda: impl.fwd())
         res["bwd_ms"] = self.measure(lambda st: impl.bwd(st), setup=impl.fwd)
         res["step_ms"] = self.measure(lambda: impl.bwd(impl.fwd()))
+        if self.sustained_s > 0:
+            res["sustained"] = self.sustained(impl, res["step_ms"])
         return res
+
+    def sustained(self, impl: Impl, step_ms: float) -> Dict[str, Optional[float]]:
+        """Mean step time, energy a step, mean power and SM clock over steps run back to back."""
+        import threading
+
+        torch = self.torch
+        n = max(3, int(self.sustained_s * 1e3 / step_ms))
+        for _ in range(n):  # as long again, untimed: the clock settles where the power cap puts it
+            impl.bwd(impl.fwd())
+        torch.cuda.synchronize()
+        samples: List[Tuple[Optional[int], Optional[int]]] = []
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.02):
+                samples.append((self.nvml.sm_mhz(), self.nvml.power_mw()))
+
+        sampler = threading.Thread(target=sample, daemon=True) if self.nvml else None
+        e0 = self.nvml.energy_mj() if self.nvml else None
+        if sampler:
+            sampler.start()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(n):
+            impl.bwd(impl.fwd())
+        b.record()
+        torch.cuda.synchronize()
+        e1 = self.nvml.energy_mj() if self.nvml else None
+        done.set()
+        if sampler:
+            sampler.join()
+        ms = a.elapsed_time(b) / n
+        mhz = [c for c, _ in samples if c is not None]
+        mw = [p for _, p in samples if p is not None]
+        joules = (e1 - e0) * 1e-3 / n if e0 is not None and e1 is not None else None
+        return {"steps": n, "step_ms": _r(ms), "joules_per_step": _r(joules, 4),
+                "watts": _r(statistics.mean(mw) * 1e-3, 1) if mw else None,
+                "sm_mhz": _r(statistics.mean(mhz), 0) if mhz else None,
+                "sm_mhz_min": min(mhz) if mhz else None}
 
 
 # ---- accuracy and properties -----------------------------------------------------------------
@@ -1031,10 +1115,14 @@ def run_impl(make: Callable[[], Impl], label: Tuple[str, str], w: Workload, time
         t = timer.run(impl)
         rec.quant_ms, rec.fwd_ms, rec.bwd_ms, rec.step_ms = (_r(t["quant_ms"]), _r(t["fwd_ms"]),
                                                              _r(t["bwd_ms"]), _r(t["step_ms"]))
+        if "sustained" in t:
+            rec.extra["sustained"] = t["sustained"]
         rec.fwd_tflops = _r(w.fwd_flops() / (t["fwd_ms"] * 1e-3) / 1e12, 1)
         rec.step_tflops = _r((w.fwd_flops() + w.bwd_flops()) / (t["step_ms"] * 1e-3) / 1e12, 1)
         log(f"{w.name} {rec.impl}/{rec.recipe}: fwd {rec.fwd_ms} ms, bwd {rec.bwd_ms} ms, step {rec.step_ms} ms "
             f"({rec.fwd_tflops} / {rec.step_tflops} TFLOPS); errors {rec.errors}")
+        if "sustained" in t:
+            log(f"{w.name} {rec.impl}/{rec.recipe}: sustained {t['sustained']}")
     except NotImplementedError as e:
         log(f"{w.name} {label[0]}: skipped ({e})")
         if skipped is not None:
@@ -1078,6 +1166,17 @@ def add_speedups(recs: List[Record]) -> None:
             "fwd_speedup_vs_best_bf16": sp(f_fwd, "fwd_ms"),
             "step_speedup_vs_best_bf16": sp(f_step, "step_ms"),
         })
+    # The same against the sustained steps, where they were measured.
+    sus = lambda r: r.extra.get("sustained", {}).get("step_ms")  # noqa: E731
+    b_sus = min((r for r in base if sus(r)), key=sus, default=None)
+    f_sus = min((r for r in base if r.precision == "bf16" and sus(r)), key=sus, default=None)
+    for r in recs:
+        if r.impl == "flamia" and r.error is None and sus(r):
+            r.extra["sustained"].update({
+                "best_baseline": f"{b_sus.impl}/{b_sus.recipe}" if b_sus else None,
+                "step_speedup_vs_best_baseline": _r(sus(b_sus) / sus(r), 3) if b_sus else None,
+                "step_speedup_vs_best_bf16": _r(sus(f_sus) / sus(r), 3) if f_sus else None,
+            })
 
 
 def print_table(recs: List[Record]) -> None:
@@ -1103,6 +1202,29 @@ def print_table(recs: List[Record]) -> None:
     print("times in ms (median); TF = TFLOPS (DESIGN.md §4); err = rel. L2 vs float64 on a sample; "
           "x = step speedup of flamia; peakMiB = peak allocation of building the implementation and one "
           "step, beyond the shared inputs")
+    print("  ".join(c.ljust(wd) for c, wd in zip(cols, widths)))
+    for x in rows:
+        print("  ".join(v.ljust(wd) for v, wd in zip(x, widths)).rstrip())
+    print(flush=True)
+    sustained_table(recs)
+
+
+def sustained_table(recs: List[Record]) -> None:
+    """The sustained steps (--sustained), when measured."""
+    recs = [r for r in recs if r.extra.get("sustained")]
+    if not recs:
+        return
+    cols = ["workload", "impl", "recipe", "steps", "step", "J/step", "W", "MHz", "minMHz", "xbest", "xbf16"]
+    rows = []
+    for r in recs:
+        x = r.extra["sustained"]
+        f = lambda v, nd=3: "-" if v is None else (f"{v:.{nd}f}" if isinstance(v, float) else str(v))  # noqa: E731
+        rows.append([r.workload, r.impl, r.recipe, f(x["steps"]), f(x["step_ms"]), f(x["joules_per_step"]),
+                     f(x["watts"], 1), f(x["sm_mhz"], 0), f(x["sm_mhz_min"]),
+                     f(x.get("step_speedup_vs_best_baseline"), 2), f(x.get("step_speedup_vs_best_bf16"), 2)])
+    widths = [max(len(c), *(len(x[i]) for x in rows)) for i, c in enumerate(cols)]
+    print("sustained steps, back to back after as long a run untimed: mean ms a step, joules a step and "
+          "mean watts (NVML energy counter), mean and lowest SM clock; x = sustained step speedup of flamia")
     print("  ".join(c.ljust(wd) for c, wd in zip(cols, widths)))
     for x in rows:
         print("  ".join(v.ljust(wd) for v, wd in zip(x, widths)).rstrip())
@@ -1223,6 +1345,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                                                  "(flamia, sdpa_cudnn, fa2_varlen_torch, flex_attention, cudnn_thd, "
                                                  "cudnn_fp8, flash_attn, flash_attn_interface, transformer_engine)")
     p.add_argument("--no-checks", action="store_true", help="skip accuracy and bitwise checks")
+    p.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
+                   help="also time steps back to back for SECONDS (after as long untimed) with the board's "
+                        "energy a step, power and SM clock (NVML): the step at the clock the power cap allows")
     p.add_argument("--cudnn-fp8-ragged", action="store_true",
                    help="also run cudnn_fp8 on the long-tailed packs as ragged THD (off by default: with cuDNN "
                         "9.19 on sm_90 it is unsupported or faults; use a process of its own)")
@@ -1329,7 +1454,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     missing = missing_baselines()
     for k, v in missing.items():
         log(f"baseline {k}: {v}")
-    timer = Timer(iters, warmup)
+    timer = Timer(iters, warmup, a.sustained)
     records: List[Record] = []
     skipped: List[Dict[str, str]] = []
     workloads_meta: Dict[str, Any] = {}
@@ -1337,6 +1462,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def write_json() -> str:
         doc = {**env, "iters": iters, "warmup": warmup, "input_seed": a.seed, "l2_flush_bytes": L2_FLUSH_BYTES,
                "timing": "CUDA events, median; L2 flushed before every timed call; flamia fwd includes quantization",
+               "sustained_s": a.sustained,
                "flops": "causal fwd = 4*D*Hq*sum L(L+1)/2; bwd = 2.5 x fwd; step = fwd + bwd",
                "accuracy": "relative L2 vs exact float64 attention on the sampled documents/heads",
                "speedups": "flamia records: baseline time / flamia time; best_baseline = the fastest step among "
