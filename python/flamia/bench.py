@@ -948,7 +948,9 @@ class Timer:
         ms = a.elapsed_time(b) / n
         mhz = [c for c, _ in samples if c is not None]
         mw = [p for _, p in samples if p is not None]
-        joules = (e1 - e0) * 1e-3 / n if e0 is not None and e1 is not None else None
+        # The counter advances in steps (about 0.1 s apart on an H200): a window it did not
+        # cross reads no energy rather than zero.
+        joules = (e1 - e0) * 1e-3 / n if e0 is not None and e1 is not None and e1 > e0 else None
         return {"steps": n, "step_ms": _r(ms), "joules_per_step": _r(joules, 4),
                 "watts": _r(statistics.mean(mw) * 1e-3, 1) if mw else None,
                 "sm_mhz": _r(statistics.mean(mhz), 0) if mhz else None,

@@ -48,11 +48,12 @@ def test_first_backward_of_a_process_at_fixed_16k(tmp_path):
 
 
 def test_sustained_steps_carry_time_energy_and_clock(tmp_path):
-    assert bench.main(["--workloads", "fixed-4k", *ARGS, "--sustained", "0.05", "--out", str(tmp_path)]) == 0
+    # 0.5 s a window: NVML's energy counter advances about every 0.1 s (a 0.05 s window read 0 J).
+    assert bench.main(["--workloads", "fixed-4k", *ARGS, "--sustained", "0.5", "--out", str(tmp_path)]) == 0
     for r in flamia_records(tmp_path):
         s = r["sustained"]
         assert s["steps"] >= 3 and s["step_ms"] > 0, s
         # The step's own time bounds the back-to-back mean from below within launch noise.
         assert s["step_ms"] > 0.5 * r["step_ms"], (s, r["step_ms"])
-        if s["joules_per_step"] is not None:  # NVML present (the driver's library)
+        if s["watts"] is not None:  # NVML present (the driver's library)
             assert s["joules_per_step"] > 0 and 50 < s["watts"] < 2000 and s["sm_mhz"] > 0, s
