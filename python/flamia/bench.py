@@ -7,7 +7,9 @@ implementation present, first checks accuracy against exact float64 attention on
 subset (a result far off is reported as failed and not timed), then measures quant / forward /
 backward / step (= forward + backward) time with CUDA events (warm-up, median of --iters, L2
 flushed before each timed call) and TFLOPS as DESIGN.md section 4 counts them; for flamia also
-the bitwise causal and document-isolation properties. Baselines: torch SDPA's cuDNN backend
+the bitwise causal and document-isolation properties. With --sustained SECONDS also steps run
+back to back, with the board's energy a step and SM clock: at the power cap, a training run's
+state, which the median of single flushed calls reads before the cap bites. Baselines: torch SDPA's cuDNN backend
 (fixed-length), FlashAttention-2 varlen inside torch, FlexAttention, and through the cuDNN
 Python frontend (when `import cudnn` works) cuDNN's ragged THD BF16 path on every workload and
 cuDNN FP8 with per-tensor scales (BSHD on fixed-length packs; ragged THD on the others only
