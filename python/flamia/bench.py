@@ -1206,11 +1206,18 @@ def print_table(recs: List[Record]) -> None:
     print("times in ms (median); TF = TFLOPS (DESIGN.md §4); err = rel. L2 vs float64 on a sample; "
           "x = step speedup of flamia; peakMiB = peak allocation of building the implementation and one "
           "step, beyond the shared inputs")
+    print_rows(cols, rows, widths)
+    sustained_table(recs)
+
+
+def print_rows(cols: List[str], rows: List[List[str]], widths: Optional[List[int]] = None) -> None:
+    """A header and its rows in aligned columns, then a blank line."""
+    if widths is None:
+        widths = [max(len(c), *(len(x[i]) for x in rows)) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(wd) for c, wd in zip(cols, widths)))
     for x in rows:
         print("  ".join(v.ljust(wd) for v, wd in zip(x, widths)).rstrip())
     print(flush=True)
-    sustained_table(recs)
 
 
 def sustained_table(recs: List[Record]) -> None:
@@ -1226,13 +1233,9 @@ def sustained_table(recs: List[Record]) -> None:
         rows.append([r.workload, r.impl, r.recipe, f(x["steps"]), f(x["step_ms"]), f(x["joules_per_step"]),
                      f(x["watts"], 1), f(x["sm_mhz"], 0), f(x["sm_mhz_min"]),
                      f(x.get("step_speedup_vs_best_baseline"), 2), f(x.get("step_speedup_vs_best_bf16"), 2)])
-    widths = [max(len(c), *(len(x[i]) for x in rows)) for i, c in enumerate(cols)]
     print("sustained steps, back to back after as long a run untimed: mean ms a step, joules a step and "
           "mean watts (NVML energy counter), mean and lowest SM clock; x = sustained step speedup of flamia")
-    print("  ".join(c.ljust(wd) for c, wd in zip(cols, widths)))
-    for x in rows:
-        print("  ".join(v.ljust(wd) for v, wd in zip(x, widths)).rstrip())
-    print(flush=True)
+    print_rows(cols, rows)
 
 
 def draw_charts(recs: List[Record], out_dir: str) -> List[str]:
