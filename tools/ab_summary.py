@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Compares flamia_bench runs of several source trees timed in alternation (tools/ab_bench.sh).
+"""Compares flamia_bench runs of several source trees timed in alternation (tools/ab_bench.sh,
+tools/ab_sustained.sh).
 
     python3 tools/ab_summary.py OUT/bench_m_round1.json OUT/bench_v_round1.json ... \
         [--phases fwd,bwd,step] [--bundle runs.json --what "m = main, v = branch ..."]
@@ -7,7 +8,9 @@
 Each file is named bench_<tree>_round<k>.json. Per workload, recipe and phase it prints every
 tree's times over the rounds, their median, and the median's change against the first tree
 named on the command line (the reference), marked where every round of the tree lies below
-(or above) every round of the reference. --bundle writes all runs into one JSON
+(or above) every round of the reference. The files are flamia_bench's JSON or the Python
+harness's bench.json (`python -m flamia.bench`, its flamia records), whose --sustained steps
+are the phase "sustained" (the mean step run back to back at the power cap's clock). --bundle writes all runs into one JSON
 ({"what": ..., "runs": {"<tree>_round<k>": <flamia_bench JSON>}}), the form kept under
 docs/bench/runs/. Standard library only.
 """
@@ -41,12 +44,24 @@ def load(paths: List[Path]) -> Tuple[List[str], Runs]:
     return order, runs
 
 
+def phase_ms(rec: dict, phase: str):
+    """A record's time for the phase: flamia_bench keeps them under "ms"; the Python harness
+    as <phase>_ms, its sustained step under "sustained", and records of other implementations."""
+    if "impl" not in rec:
+        return rec.get("ms", {}).get(phase)
+    if rec["impl"] != "flamia":
+        return None
+    if phase == "sustained":
+        return (rec.get("sustained") or {}).get("step_ms")
+    return rec.get(f"{phase}_ms")
+
+
 def times(runs: Runs, tree: str, phase: str) -> Dict[Tuple[str, str], List[float]]:
     """(workload, recipe) -> the phase's ms over the tree's rounds, in round order."""
     out: Dict[Tuple[str, str], List[float]] = {}
     for rnd in sorted(runs[tree]):
         for rec in runs[tree][rnd].get("records", []):
-            ms = rec.get("ms", {}).get(phase)
+            ms = phase_ms(rec, phase)
             if isinstance(ms, (int, float)):
                 out.setdefault((rec["workload"], rec["recipe"]), []).append(float(ms))
     return out
@@ -88,7 +103,9 @@ def bundle(order: List[str], runs: Runs, what: str) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
-    ap.add_argument("--phases", default="fwd,bwd,step", help="comma-separated: quant, fwd, fwdq (the quantizing forward), bwd, step")
+    ap.add_argument("--phases", default="fwd,bwd,step", help="comma-separated: quant, fwd, fwdq (the quantizing forward; flamia_bench "
+                                                        "only), bwd, step, sustained (the Python harness's "
+                                                        "--sustained steps)")
     ap.add_argument("--bundle", type=Path, help="write every run into this one JSON")
     ap.add_argument("--what", default="", help="the bundle's description of the trees")
     args = ap.parse_args(argv)

@@ -69,3 +69,82 @@ def test_ab_bench_refuses_before_building(tmp_path):
                             capture_output=True, text=True,
                             env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o"), "SETTLE_MS": "-5"})
     assert settle.returncode == 2 and settle.stdout.startswith("SETTLE_MS: ")
+
+
+def harness_json(path: Path, step: float, sustained) -> Path:
+    """A Python harness bench.json (`python -m flamia.bench --sustained`): flamia's records and a
+    baseline's, which the summary leaves out."""
+    recs = [{"workload": "fixed-16k", "impl": "flamia", "recipe": "fp8_mixed", "fwd_ms": 3.5, "step_ms": step,
+             "sustained": None if sustained is None else {"steps": 70, "step_ms": sustained}},
+            {"workload": "fixed-16k", "impl": "cudnn_fp8", "recipe": "fp8_per_tensor", "step_ms": 11.0,
+             "sustained": {"steps": 90, "step_ms": 11.4}}]
+    path.write_text(json.dumps({"records": recs}))
+    return path
+
+
+def test_harness_runs_give_the_median_and_the_sustained_step(tmp_path):
+    files = [harness_json(tmp_path / "bench_m_round1.json", 13.5, 13.8),
+             harness_json(tmp_path / "bench_v_round1.json", 13.9, 13.5),
+             harness_json(tmp_path / "bench_m_round2.json", 13.4, 13.9),
+             harness_json(tmp_path / "bench_v_round2.json", 13.8, 13.6)]
+    order, runs = ab_summary.load(files)
+    text = ab_summary.table(order, runs, ["step", "sustained"])
+    # v is slower in the medians and faster sustained, every round apart both ways
+    assert "| fixed-16k | fp8_mixed | step | 13.500 / 13.400 (median 13.450) | 13.900 / 13.800 (median 13.850) | +3.0 % (every round above) |" in text
+    assert "| fixed-16k | fp8_mixed | sustained | 13.800 / 13.900 (median 13.850) | 13.500 / 13.600 (median 13.550) | -2.2 % (every round below) |" in text
+    assert "cudnn_fp8" not in text and "fp8_per_tensor" not in text
+    # a run without --sustained has no sustained row
+    plain = [harness_json(tmp_path / "bench_a_round1.json", 13.5, None),
+             harness_json(tmp_path / "bench_b_round1.json", 13.9, None)]
+    order, runs = ab_summary.load(plain)
+    assert "sustained" not in ab_summary.table(order, runs, ["sustained"])
+
+
+def test_ab_sustained_refuses_before_running(tmp_path):
+    script = ROOT / "tools" / "ab_sustained.sh"
+    one = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True)
+    assert one.returncode == 2 and "usage" in one.stdout
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    for var, value in (("ROUNDS", "0"), ("WINDOW_S", "0"), ("WINDOW_S", "1s"), ("RECIPES", "bf16")):
+        run = subprocess.run(["bash", str(script), str(tmp_path / "x"), str(tmp_path / "y")], capture_output=True,
+                             text=True, env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o"), var: value})
+        assert run.returncode == 2 and run.stdout.startswith(f"{var}: "), (var, value, run.stdout)
+
+
+def test_ab_sustained_alternates_the_trees_and_summarizes(tmp_path):
+    # The harness itself needs a GPU; a stand-in python3 answers `-m flamia.bench` with a
+    # bench.json whose times depend on the tree's library, and runs everything else for real.
+    import os
+    import shutil
+
+    real = shutil.which("python3") or sys.executable
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(f"""#!/bin/bash
+if [ "$1 $2" = "-m flamia.bench" ]; then
+  out=$(echo "$@" | sed 's/.*--out \\([^ ]*\\).*/\\1/'); mkdir -p "$out"
+  case "$FLAMIA_LIBRARY" in *ref*) s=13.8;; *) s=13.5;; esac
+  echo "{{\\"records\\": [{{\\"workload\\": \\"fixed-16k\\", \\"impl\\": \\"flamia\\", \\"recipe\\": \\"fp8\\", \\"step_ms\\": 16.0, \\"sustained\\": {{\\"step_ms\\": 16.3}}}}, {{\\"workload\\": \\"fixed-16k\\", \\"impl\\": \\"flamia\\", \\"recipe\\": \\"fp8_mixed\\", \\"step_ms\\": 13.4, \\"sustained\\": {{\\"step_ms\\": $s}}}}]}}" > "$out/bench.json"
+  echo "$FLAMIA_LIBRARY $*" >> "{tmp_path}/calls.txt"
+  exit 0
+fi
+exec {real} "$@"
+""")
+    (fake / "python3").chmod(0o755)
+    for tree in ("ref", "v"):
+        (tmp_path / tree / "prebuilt").mkdir(parents=True)
+        (tmp_path / tree / "prebuilt" / "libflamia.so").write_text("")
+    env = {"PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(tmp_path / "o"), "ROUNDS": "2",
+           "RECIPES": "fp8_mixed", "WINDOW_S": "0.5"}
+    run = subprocess.run(["bash", str(ROOT / "tools" / "ab_sustained.sh"), str(tmp_path / "ref"), str(tmp_path / "v")],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert [c.split()[0].split("/")[-3] for c in calls] == ["ref", "v", "ref", "v"]  # alternated
+    assert all("--sustained 0.5" in c and "--impls flamia" in c for c in calls)
+    summary = (tmp_path / "o" / "ab_sustained.md").read_text()
+    assert "| fixed-16k | fp8_mixed | sustained | 13.800 / 13.800 (median 13.800) | 13.500 / 13.500 (median 13.500) | -2.2 % (every round below) |" in summary
+    assert "| fp8 |" not in summary  # RECIPES kept fp8_mixed only
+    bundle = json.loads((tmp_path / "o" / "ab_sustained_runs.json").read_text())
+    assert sorted(bundle["runs"]) == ["ref_round1", "ref_round2", "v_round1", "v_round2"]

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Times several source trees against each other as a training run meets them: at the board's
+# power cap. Each tree's library runs under this checkout's Python harness with --sustained
+# (steps back to back after as long a run untimed, the board's energy a step read), the trees
+# in turn, ROUNDS times, and tools/ab_summary.py prints the medians and the change against the
+# first tree for the harness's median step and the sustained step. Where every implementation
+# draws the cap's power, a version's sustained step is its energy a step: a change that issues
+# fewer instructions at a longer latency can win here and lose in tools/ab_bench.sh's medians.
+#   bash tools/ab_sustained.sh DIR_REF DIR [DIR ...]
+# Trees as for tools/ab_bench.sh (tools/make_trees.sh); each needs prebuilt/libflamia.so
+# (tools/prebuild_trees.sh) or is built here. Environment: OUT (default ./out), WORKLOADS
+# (default fixed-16k,pack-32k,llama8b-pack,llama1b-pack), RECIPES (fp8, fp8_mixed or both,
+# default both), ROUNDS (default 3), WINDOW_S (default 1: the sustained window, seconds).
+set -uo pipefail
+[ $# -ge 2 ] || { echo "usage: $0 DIR_REF DIR [DIR ...]"; exit 2; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORKLOADS=${WORKLOADS:-fixed-16k,pack-32k,llama8b-pack,llama1b-pack}
+RECIPES=${RECIPES:-fp8,fp8_mixed}
+ROUNDS=${ROUNDS:-3}
+WINDOW_S=${WINDOW_S:-1}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS: '$ROUNDS' is not a positive integer"; exit 2; }
+[[ $WINDOW_S =~ ^[0-9]*\.?[0-9]+$ ]] && awk -v w="$WINDOW_S" 'BEGIN { exit !(w > 0) }' ||
+  { echo "WINDOW_S: '$WINDOW_S' is not a positive number"; exit 2; }
+[[ $RECIPES =~ ^(fp8|fp8_mixed)(,(fp8|fp8_mixed))?$ ]] || { echo "RECIPES: '$RECIPES': fp8, fp8_mixed or both"; exit 2; }
+
+dirs=()
+names=()
+for d in "$@"; do
+  d=$(cd "$d" && pwd) || exit 2
+  name=$(basename "$d")
+  [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "tree name '$name': use letters, digits, '.', '_' or '-'"; exit 2; }
+  for n in "${names[@]}"; do [ "$n" != "$name" ] || { echo "two trees named '$name'"; exit 2; }; done
+  dirs+=("$d")
+  names+=("$name")
+done
+
+libs=()
+for i in "${!dirs[@]}"; do
+  libs[$i]="${dirs[$i]}/prebuilt/libflamia.so"
+  [ -f "${libs[$i]}" ] && continue
+  libs[$i]="${dirs[$i]}/build-ab/libflamia.so"
+  { cmake -S "${dirs[$i]}" -B "${dirs[$i]}/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build "${dirs[$i]}/build-ab" --target flamia; } >"$OUT/${names[$i]}.build.log" 2>&1 ||
+    { echo "${names[$i]}: build failed"; tail -5 "$OUT/${names[$i]}.build.log"; exit 1; }
+done
+
+status=0
+files=()
+for ((r = 1; r <= ROUNDS; ++r)); do
+  for i in "${!dirs[@]}"; do
+    run="$OUT/${names[$i]}_round$r"
+    FLAMIA_LIBRARY="${libs[$i]}" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" \
+      python3 -m flamia.bench --impls flamia --no-checks --iters 5 --warmup 2 --sustained "$WINDOW_S" \
+      --workloads "$WORKLOADS" --out "$run" >"$run.txt" 2>&1 ||
+      { echo "${names[$i]} round $r: the harness failed"; tail -5 "$run.txt"; status=1; continue; }
+    rm -f "$run"/*.png
+    # Only the recipes asked for: the harness runs both.
+    python3 - "$run/bench.json" "$OUT/bench_${names[$i]}_round$r.json" "$RECIPES" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+doc["records"] = [r for r in doc["records"] if r.get("recipe") in sys.argv[3].split(",")]
+json.dump(doc, open(sys.argv[2], "w"), indent=1)
+PY
+    files+=("$OUT/bench_${names[$i]}_round$r.json")
+  done
+done
+[ ${#files[@]} -gt 0 ] || exit 1
+python3 "$ROOT/tools/ab_summary.py" --phases step,sustained --bundle "$OUT/ab_sustained_runs.json" \
+  --what "python -m flamia.bench --impls flamia --sustained $WINDOW_S ($RECIPES), trees alternated $ROUNDS times: ${names[*]}" \
+  "${files[@]}" | tee "$OUT/ab_sustained.md"
+exit $status
