@@ -29,16 +29,7 @@ SETTLE_MS=${SETTLE_MS:-0}
 [[ $SETTLE_MS =~ ^[0-9]+$ ]] || { echo "SETTLE_MS: '$SETTLE_MS' is not a non-negative integer"; exit 2; }
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS: '$ROUNDS' is not a positive integer"; exit 2; }
 
-dirs=()
-names=()
-for d in "$@"; do
-  d=$(cd "$d" && pwd) || exit 2
-  name=$(basename "$d")
-  [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "tree name '$name': use letters, digits, '.', '_' or '-'"; exit 2; }
-  for n in "${names[@]}"; do [ "$n" != "$name" ] || { echo "two trees named '$name'"; exit 2; }; done
-  dirs+=("$d")
-  names+=("$name")
-done
+source "$ROOT/tools/ab_trees.sh"
 
 # A tree whose prebuilt/ holds a flamia_bench that runs here (tools/prebuild_trees.sh: built on
 # another machine with the same toolkit, libflamia.so beside it) is not built again.

@@ -26,16 +26,7 @@ WINDOW_S=${WINDOW_S:-1}
   { echo "WINDOW_S: '$WINDOW_S' is not a positive number"; exit 2; }
 [[ $RECIPES =~ ^(fp8|fp8_mixed)(,(fp8|fp8_mixed))?$ ]] || { echo "RECIPES: '$RECIPES': fp8, fp8_mixed or both"; exit 2; }
 
-dirs=()
-names=()
-for d in "$@"; do
-  d=$(cd "$d" && pwd) || exit 2
-  name=$(basename "$d")
-  [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "tree name '$name': use letters, digits, '.', '_' or '-'"; exit 2; }
-  for n in "${names[@]}"; do [ "$n" != "$name" ] || { echo "two trees named '$name'"; exit 2; }; done
-  dirs+=("$d")
-  names+=("$name")
-done
+source "$ROOT/tools/ab_trees.sh"
 
 libs=()
 for i in "${!dirs[@]}"; do
