@@ -10,7 +10,8 @@ tree's times over the rounds, their median, and the median's change against the 
 named on the command line (the reference), marked where every round of the tree lies below
 (or above) every round of the reference. The files are flamia_bench's JSON or the Python
 harness's bench.json (`python -m flamia.bench`, its flamia records), whose --sustained steps
-are the phase "sustained" (the mean step run back to back at the power cap's clock). --bundle writes all runs into one JSON
+are the phases "sustained" and "sustained_fwd" (the mean step and forward run back to back,
+at the power cap's clock). --bundle writes all runs into one JSON
 ({"what": ..., "runs": {"<tree>_round<k>": <flamia_bench JSON>}}), the form kept under
 docs/bench/runs/. Standard library only.
 """
@@ -53,6 +54,8 @@ def phase_ms(rec: dict, phase: str):
         return None
     if phase == "sustained":
         return (rec.get("sustained") or {}).get("step_ms")
+    if phase == "sustained_fwd":
+        return ((rec.get("sustained") or {}).get("fwd") or {}).get("ms")
     return rec.get(f"{phase}_ms")
 
 
@@ -104,8 +107,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--phases", default="fwd,bwd,step", help="comma-separated: quant, fwd, fwdq (the quantizing forward; flamia_bench "
-                                                        "only), bwd, step, sustained (the Python harness's "
-                                                        "--sustained steps)")
+                                                        "only), bwd, step, sustained, sustained_fwd (the "
+                                                        "Python harness's --sustained steps and forwards)")
     ap.add_argument("--bundle", type=Path, help="write every run into this one JSON")
     ap.add_argument("--what", default="", help="the bundle's description of the trees")
     args = ap.parse_args(argv)

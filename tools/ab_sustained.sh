@@ -3,7 +3,7 @@
 # power cap. Each tree's library runs under this checkout's Python harness with --sustained
 # (steps back to back after as long a run untimed, the board's energy a step read), the trees
 # in turn, ROUNDS times, and tools/ab_summary.py prints the medians and the change against the
-# first tree for the harness's median step and the sustained step. Where every implementation
+# first tree for the harness's median step and forward and their sustained counterparts. Where every implementation
 # draws the cap's power, a version's sustained step is its energy a step: a change that issues
 # fewer instructions at a longer latency can win here and lose in tools/ab_bench.sh's medians.
 #   bash tools/ab_sustained.sh DIR_REF DIR [DIR ...]
@@ -59,7 +59,7 @@ PY
   done
 done
 [ ${#files[@]} -gt 0 ] || exit 1
-python3 "$ROOT/tools/ab_summary.py" --phases step,sustained --bundle "$OUT/ab_sustained_runs.json" \
+python3 "$ROOT/tools/ab_summary.py" --phases step,sustained,fwd,sustained_fwd --bundle "$OUT/ab_sustained_runs.json" \
   --what "python -m flamia.bench --impls flamia --sustained $WINDOW_S ($RECIPES), trees alternated $ROUNDS times: ${names[*]}" \
   "${files[@]}" | tee "$OUT/ab_sustained.md"
 exit $status

@@ -7,8 +7,8 @@ implementation present, first checks accuracy against exact float64 attention on
 subset (a result far off is reported as failed and not timed), then measures quant / forward /
 backward / step (= forward + backward) time with CUDA events (warm-up, median of --iters, L2
 flushed before each timed call) and TFLOPS as DESIGN.md section 4 counts them; for flamia also
-the bitwise causal and document-isolation properties. With --sustained SECONDS also steps run
-back to back, with the board's energy a step and SM clock: at the power cap, a training run's
+the bitwise causal and document-isolation properties. With --sustained SECONDS also steps and
+then forwards run back to back, with the board's energy a call and SM clock: at the power cap, a training run's
 state, which the median of single flushed calls reads before the cap bites. Baselines: torch SDPA's cuDNN backend
 (fixed-length), FlashAttention-2 varlen inside torch, FlexAttention, and through the cuDNN
 Python frontend (when `import cudnn` works) cuDNN's ragged THD BF16 path on every workload and
@@ -914,17 +914,23 @@ class Timer:
         res["bwd_ms"] = self.measure(lambda st: impl.bwd(st), setup=impl.fwd)
         res["step_ms"] = self.measure(lambda: impl.bwd(impl.fwd()))
         if self.sustained_s > 0:
-            res["sustained"] = self.sustained(impl, res["step_ms"])
+            res["sustained"] = self.sustained(impl, res["step_ms"], res["fwd_ms"])
         return res
 
-    def sustained(self, impl: Impl, step_ms: float) -> Dict[str, Optional[float]]:
-        """Mean step time, energy a step, mean power and SM clock over steps run back to back."""
+    def sustained(self, impl: Impl, step_ms: float, fwd_ms: float) -> Dict[str, Any]:
+        """Steps, then forwards, run back to back: mean time, energy a call, power and SM clock."""
+        step = self.back_to_back(lambda: impl.bwd(impl.fwd()), step_ms)
+        fwd = self.back_to_back(impl.fwd, fwd_ms)
+        return {"steps": step["calls"], "step_ms": step["ms"], "joules_per_step": step["joules"],
+                "watts": step["watts"], "sm_mhz": step["sm_mhz"], "sm_mhz_min": step["sm_mhz_min"], "fwd": fwd}
+
+    def back_to_back(self, fn: Callable[[], Any], ms_hint: float) -> Dict[str, Optional[float]]:
         import threading
 
         torch = self.torch
-        n = max(3, int(self.sustained_s * 1e3 / step_ms))
+        n = max(3, int(self.sustained_s * 1e3 / ms_hint))
         for _ in range(n):  # as long again, untimed: the clock settles where the power cap puts it
-            impl.bwd(impl.fwd())
+            fn()
         torch.cuda.synchronize()
         samples: List[Tuple[Optional[int], Optional[int]]] = []
         done = threading.Event()
@@ -940,20 +946,19 @@ class Timer:
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         for _ in range(n):
-            impl.bwd(impl.fwd())
+            fn()
         b.record()
         torch.cuda.synchronize()
         e1 = self.nvml.energy_mj() if self.nvml else None
         done.set()
         if sampler:
             sampler.join()
-        ms = a.elapsed_time(b) / n
         mhz = [c for c, _ in samples if c is not None]
         mw = [p for _, p in samples if p is not None]
         # The counter advances in steps (about 0.1 s apart on an H200): a window it did not
         # cross reads no energy rather than zero.
         joules = (e1 - e0) * 1e-3 / n if e0 is not None and e1 is not None and e1 > e0 else None
-        return {"steps": n, "step_ms": _r(ms), "joules_per_step": _r(joules, 4),
+        return {"calls": n, "ms": _r(a.elapsed_time(b) / n), "joules": _r(joules, 4),
                 "watts": _r(statistics.mean(mw) * 1e-3, 1) if mw else None,
                 "sm_mhz": _r(statistics.mean(mhz), 0) if mhz else None,
                 "sm_mhz_min": min(mhz) if mhz else None}
@@ -1170,16 +1175,23 @@ def add_speedups(recs: List[Record]) -> None:
             "fwd_speedup_vs_best_bf16": sp(f_fwd, "fwd_ms"),
             "step_speedup_vs_best_bf16": sp(f_step, "step_ms"),
         })
-    # The same against the sustained steps, where they were measured.
+    # The same against the sustained steps and forwards, where they were measured.
     sus = lambda r: r.extra.get("sustained", {}).get("step_ms")  # noqa: E731
-    b_sus = min((r for r in base if sus(r)), key=sus, default=None)
-    f_sus = min((r for r in base if r.precision == "bf16" and sus(r)), key=sus, default=None)
+    sus_fwd = lambda r: (r.extra.get("sustained", {}).get("fwd") or {}).get("ms")  # noqa: E731
+
+    def fastest(key, bf16_only=False):
+        return min((r for r in base if key(r) and (r.precision == "bf16" or not bf16_only)), key=key, default=None)
+
+    b_sus, f_sus, b_fwd, f_fwd = fastest(sus), fastest(sus, True), fastest(sus_fwd), fastest(sus_fwd, True)
+    ratio = lambda b, key, r: _r(key(b) / key(r), 3) if b and key(r) else None  # noqa: E731
     for r in recs:
         if r.impl == "flamia" and r.error is None and sus(r):
             r.extra["sustained"].update({
                 "best_baseline": f"{b_sus.impl}/{b_sus.recipe}" if b_sus else None,
-                "step_speedup_vs_best_baseline": _r(sus(b_sus) / sus(r), 3) if b_sus else None,
-                "step_speedup_vs_best_bf16": _r(sus(f_sus) / sus(r), 3) if f_sus else None,
+                "step_speedup_vs_best_baseline": ratio(b_sus, sus, r),
+                "step_speedup_vs_best_bf16": ratio(f_sus, sus, r),
+                "fwd_speedup_vs_best_baseline": ratio(b_fwd, sus_fwd, r),
+                "fwd_speedup_vs_best_bf16": ratio(f_fwd, sus_fwd, r),
             })
 
 
@@ -1225,16 +1237,20 @@ def sustained_table(recs: List[Record]) -> None:
     recs = [r for r in recs if r.extra.get("sustained")]
     if not recs:
         return
-    cols = ["workload", "impl", "recipe", "steps", "step", "J/step", "W", "MHz", "minMHz", "xbest", "xbf16"]
+    cols = ["workload", "impl", "recipe", "steps", "step", "J/step", "W", "MHz", "minMHz", "xbest", "xbf16",
+            "fwd", "J/fwd", "fwdMHz", "xfwd", "xfwdbf16"]
     rows = []
     for r in recs:
         x = r.extra["sustained"]
+        fw = x.get("fwd") or {}
         f = lambda v, nd=3: "-" if v is None else (f"{v:.{nd}f}" if isinstance(v, float) else str(v))  # noqa: E731
         rows.append([r.workload, r.impl, r.recipe, f(x["steps"]), f(x["step_ms"]), f(x["joules_per_step"]),
                      f(x["watts"], 1), f(x["sm_mhz"], 0), f(x["sm_mhz_min"]),
-                     f(x.get("step_speedup_vs_best_baseline"), 2), f(x.get("step_speedup_vs_best_bf16"), 2)])
-    print("sustained steps, back to back after as long a run untimed: mean ms a step, joules a step and "
-          "mean watts (NVML energy counter), mean and lowest SM clock; x = sustained step speedup of flamia")
+                     f(x.get("step_speedup_vs_best_baseline"), 2), f(x.get("step_speedup_vs_best_bf16"), 2),
+                     f(fw.get("ms")), f(fw.get("joules"), 4), f(fw.get("sm_mhz"), 0),
+                     f(x.get("fwd_speedup_vs_best_baseline"), 2), f(x.get("fwd_speedup_vs_best_bf16"), 2)])
+    print("sustained, back to back after as long a run untimed (steps, then forwards): mean ms, joules a call "
+          "(NVML energy counter), the steps' mean watts, mean and lowest SM clock; x = flamia's speedup")
     print_rows(cols, rows)
 
 
@@ -1353,8 +1369,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                                                  "cudnn_fp8, flash_attn, flash_attn_interface, transformer_engine)")
     p.add_argument("--no-checks", action="store_true", help="skip accuracy and bitwise checks")
     p.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
-                   help="also time steps back to back for SECONDS (after as long untimed) with the board's "
-                        "energy a step, power and SM clock (NVML): the step at the clock the power cap allows")
+                   help="also time steps, then forwards, back to back for SECONDS each (after as long untimed) "
+                        "with the board's energy a call, power and SM clock (NVML): at the clock the power cap "
+                        "allows")
     p.add_argument("--cudnn-fp8-ragged", action="store_true",
                    help="also run cudnn_fp8 on the long-tailed packs as ragged THD (off by default: with cuDNN "
                         "9.19 on sm_90 it is unsupported or faults; use a process of its own)")

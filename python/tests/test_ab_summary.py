@@ -75,7 +75,8 @@ def harness_json(path: Path, step: float, sustained) -> Path:
     """A Python harness bench.json (`python -m flamia.bench --sustained`): flamia's records and a
     baseline's, which the summary leaves out."""
     recs = [{"workload": "fixed-16k", "impl": "flamia", "recipe": "fp8_mixed", "fwd_ms": 3.5, "step_ms": step,
-             "sustained": None if sustained is None else {"steps": 70, "step_ms": sustained}},
+             "sustained": None if sustained is None else {"steps": 70, "step_ms": sustained,
+                                                          "fwd": {"calls": 280, "ms": sustained / 4}}},
             {"workload": "fixed-16k", "impl": "cudnn_fp8", "recipe": "fp8_per_tensor", "step_ms": 11.0,
              "sustained": {"steps": 90, "step_ms": 11.4}}]
     path.write_text(json.dumps({"records": recs}))
@@ -88,10 +89,11 @@ def test_harness_runs_give_the_median_and_the_sustained_step(tmp_path):
              harness_json(tmp_path / "bench_m_round2.json", 13.4, 13.9),
              harness_json(tmp_path / "bench_v_round2.json", 13.8, 13.6)]
     order, runs = ab_summary.load(files)
-    text = ab_summary.table(order, runs, ["step", "sustained"])
+    text = ab_summary.table(order, runs, ["step", "sustained", "sustained_fwd"])
     # v is slower in the medians and faster sustained, every round apart both ways
     assert "| fixed-16k | fp8_mixed | step | 13.500 / 13.400 (median 13.450) | 13.900 / 13.800 (median 13.850) | +3.0 % (every round above) |" in text
     assert "| fixed-16k | fp8_mixed | sustained | 13.800 / 13.900 (median 13.850) | 13.500 / 13.600 (median 13.550) | -2.2 % (every round below) |" in text
+    assert "| fixed-16k | fp8_mixed | sustained_fwd | 3.450 / 3.475 (median 3.463) | 3.375 / 3.400 (median 3.388) | -2.2 % (every round below) |" in text
     assert "cudnn_fp8" not in text and "fp8_per_tensor" not in text
     # a run without --sustained has no sustained row
     plain = [harness_json(tmp_path / "bench_a_round1.json", 13.5, None),

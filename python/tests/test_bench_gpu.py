@@ -55,5 +55,8 @@ def test_sustained_steps_carry_time_energy_and_clock(tmp_path):
         assert s["steps"] >= 3 and s["step_ms"] > 0, s
         # The step's own time bounds the back-to-back mean from below within launch noise.
         assert s["step_ms"] > 0.5 * r["step_ms"], (s, r["step_ms"])
+        fwd = s["fwd"]
+        assert fwd["calls"] >= 3 and 0.5 * r["fwd_ms"] < fwd["ms"] < s["step_ms"], (fwd, r["fwd_ms"])
         if s["watts"] is not None:  # NVML present (the driver's library)
             assert s["joules_per_step"] > 0 and 50 < s["watts"] < 2000 and s["sm_mhz"] > 0, s
+            assert 0 < fwd["joules"] < s["joules_per_step"], s

@@ -145,28 +145,34 @@ def test_bench_records_round_trip_through_json(tmp_path):
 
 
 def test_bench_sustained_speedups_use_the_sustained_steps(capsys):
-    # The sustained ratios divide the fastest baseline's sustained step by flamia's, not the
-    # median steps (which rank the other way here), and leave records without them alone.
+    # The sustained ratios divide the fastest baseline's sustained step (and forward) by
+    # flamia's, not the median steps (which rank the other way here), and leave records without
+    # them alone.
     from flamia.bench import Record, add_speedups, sustained_table
 
-    def rec(impl, recipe, step, sustained, precision="bf16"):
+    def rec(impl, recipe, step, sustained, fwd=None, precision="bf16"):
         r = Record(workload="fixed-8k", impl=impl, recipe=recipe, fwd_ms=1.0, step_ms=step, precision=precision)
         if sustained is not None:
             r.extra["sustained"] = {"steps": 10, "step_ms": sustained, "joules_per_step": 4.0, "watts": 690.0,
-                                    "sm_mhz": 1600.0, "sm_mhz_min": 1500}
+                                    "sm_mhz": 1600.0, "sm_mhz_min": 1500,
+                                    "fwd": {"calls": 40, "ms": fwd, "joules": 1.0, "watts": 680.0, "sm_mhz": 1700.0,
+                                            "sm_mhz_min": 1650}}
         return r
 
-    recs = [rec("flamia", "fp8_mixed", 7.0, 8.0, "fp8"), rec("sdpa_cudnn", "bf16", 7.5, 7.6),
-            rec("cudnn_fp8", "fp8_per_tensor", 6.4, 6.4, "fp8"), rec("cudnn_thd", "bf16", 7.2, None)]
+    recs = [rec("flamia", "fp8_mixed", 7.0, 8.0, 2.0, "fp8"), rec("sdpa_cudnn", "bf16", 7.5, 7.6, 1.9),
+            rec("cudnn_fp8", "fp8_per_tensor", 6.4, 6.4, 1.5, "fp8"), rec("cudnn_thd", "bf16", 7.2, None)]
     add_speedups(recs)
     s = recs[0].extra["sustained"]
     assert s["best_baseline"] == "cudnn_fp8/fp8_per_tensor"
     assert s["step_speedup_vs_best_baseline"] == 0.8 and s["step_speedup_vs_best_bf16"] == 0.95
+    assert s["fwd_speedup_vs_best_baseline"] == 0.75 and s["fwd_speedup_vs_best_bf16"] == 0.95
     assert recs[0].extra["step_speedup_vs_best_bf16"] == round(7.2 / 7.0, 3)  # the median steps' own
     assert "best_baseline" not in recs[1].extra["sustained"]
     sustained_table(recs)
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 6 and lines[2].split()[-2:] == ["0.80", "0.95"] and lines[-1] == ""
+    assert len(lines) == 6 and lines[-1] == ""
+    row = lines[2].split()
+    assert row[9:11] == ["0.80", "0.95"] and row[11] == "2.000" and row[-2:] == ["0.75", "0.95"]
 
 
 def test_bench_markdown_table_marks_only_steps_faster_than_every_bf16_baseline():
