@@ -3,9 +3,10 @@
 # power cap. Each tree's library runs under this checkout's Python harness with --sustained
 # (steps back to back after as long a run untimed, the board's energy a step read), the trees
 # in turn, ROUNDS times, and tools/ab_summary.py prints the medians and the change against the
-# first tree for the harness's median step and forward and their sustained counterparts. Where every implementation
-# draws the cap's power, a version's sustained step is its energy a step: a change that issues
-# fewer instructions at a longer latency can win here and lose in tools/ab_bench.sh's medians.
+# first tree for the harness's median step and forward and their sustained counterparts. Where
+# every implementation draws the cap's power, a version's sustained step is its energy a step:
+# a change that issues fewer instructions at a longer latency can win here and lose in
+# tools/ab_bench.sh's medians.
 #   bash tools/ab_sustained.sh DIR_REF DIR [DIR ...]
 # Trees as for tools/ab_bench.sh (tools/make_trees.sh); each needs prebuilt/libflamia.so
 # (tools/prebuild_trees.sh) or is built here. Environment: OUT (default ./out), WORKLOADS

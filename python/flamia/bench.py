@@ -8,12 +8,12 @@ subset (a result far off is reported as failed and not timed), then measures qua
 backward / step (= forward + backward) time with CUDA events (warm-up, median of --iters, L2
 flushed before each timed call) and TFLOPS as DESIGN.md section 4 counts them; for flamia also
 the bitwise causal and document-isolation properties. With --sustained SECONDS also steps and
-then forwards run back to back, with the board's energy a call and SM clock: at the power cap, a training run's
-state, which the median of single flushed calls reads before the cap bites. Baselines: torch SDPA's cuDNN backend
-(fixed-length), FlashAttention-2 varlen inside torch, FlexAttention, and through the cuDNN
-Python frontend (when `import cudnn` works) cuDNN's ragged THD BF16 path on every workload and
-cuDNN FP8 with per-tensor scales (BSHD on fixed-length packs; ragged THD on the others only
-with --cudnn-fp8-ragged).
+then forwards run back to back, with the board's energy a call and SM clock: at the power cap,
+a training run's state, which the median of single flushed calls reads before the cap bites.
+Baselines: torch SDPA's cuDNN backend (fixed-length), FlashAttention-2 varlen inside torch,
+FlexAttention, and through the cuDNN Python frontend (when `import cudnn` works) cuDNN's ragged
+THD BF16 path on every workload and cuDNN FP8 with per-tensor scales (BSHD on fixed-length
+packs; ragged THD on the others only with --cudnn-fp8-ragged).
 Writes a terminal table, bench.json and PNG charts under --out. One failing baseline only
 costs its own record (the error string is kept in the JSON); an unsupported one is skipped
 with its reason logged and listed under "skipped".
@@ -1152,46 +1152,43 @@ def run_impl(make: Callable[[], Impl], label: Tuple[str, str], w: Workload, time
 
 
 def add_speedups(recs: List[Record]) -> None:
-    """Fill the speedup keys of flamia records against the fastest baselines of the workload."""
+    """Fill the speedup keys of flamia records against the fastest baselines of the workload:
+    by the median times and, where they were measured, by the sustained ones."""
     base = [r for r in recs if r.impl != "flamia" and r.error is None]
-
-    def best(pool: List[Record], key: str) -> Optional[Record]:
-        pool = [r for r in pool if getattr(r, key) is not None]
-        return min(pool, key=lambda r: getattr(r, key)) if pool else None
-
-    b_step, b_fwd = best(base, "step_ms"), best(base, "fwd_ms")
     bf16 = [r for r in base if r.precision == "bf16"]
-    f_step, f_fwd = best(bf16, "step_ms"), best(bf16, "fwd_ms")
+
+    def fastest(pool: List[Record], key: Callable[[Record], Optional[float]]) -> Optional[Record]:
+        return min((r for r in pool if key(r) is not None), key=key, default=None)
+
+    def ratio(b: Optional[Record], key: Callable[[Record], Optional[float]], r: Record) -> Optional[float]:
+        return _r(key(b) / key(r), 3) if b and key(r) else None
+
+    step = lambda r: r.step_ms  # noqa: E731
+    fwd = lambda r: r.fwd_ms  # noqa: E731
+    sus = lambda r: r.extra.get("sustained", {}).get("step_ms")  # noqa: E731
+    sus_fwd = lambda r: (r.extra.get("sustained", {}).get("fwd") or {}).get("ms")  # noqa: E731
+    b_step, b_fwd, f_step, f_fwd = fastest(base, step), fastest(base, fwd), fastest(bf16, step), fastest(bf16, fwd)
+    b_sus, f_sus = fastest(base, sus), fastest(bf16, sus)
+    b_sus_fwd, f_sus_fwd = fastest(base, sus_fwd), fastest(bf16, sus_fwd)
     for r in recs:
         if r.impl != "flamia" or r.error is not None:
             continue
-        sp = lambda b, key: _r(getattr(b, key) / getattr(r, key), 3) if b and getattr(r, key) else None  # noqa: E731
         r.extra.update({
             "best_baseline": f"{b_step.impl}/{b_step.recipe}" if b_step else None,
             "best_fwd_baseline": f"{b_fwd.impl}/{b_fwd.recipe}" if b_fwd else None,
-            "fwd_speedup_vs_best_baseline": sp(b_fwd, "fwd_ms"),
-            "step_speedup_vs_best_baseline": sp(b_step, "step_ms"),
+            "fwd_speedup_vs_best_baseline": ratio(b_fwd, fwd, r),
+            "step_speedup_vs_best_baseline": ratio(b_step, step, r),
             "best_bf16": f"{f_step.impl}" if f_step else None,
-            "fwd_speedup_vs_best_bf16": sp(f_fwd, "fwd_ms"),
-            "step_speedup_vs_best_bf16": sp(f_step, "step_ms"),
+            "fwd_speedup_vs_best_bf16": ratio(f_fwd, fwd, r),
+            "step_speedup_vs_best_bf16": ratio(f_step, step, r),
         })
-    # The same against the sustained steps and forwards, where they were measured.
-    sus = lambda r: r.extra.get("sustained", {}).get("step_ms")  # noqa: E731
-    sus_fwd = lambda r: (r.extra.get("sustained", {}).get("fwd") or {}).get("ms")  # noqa: E731
-
-    def fastest(key, bf16_only=False):
-        return min((r for r in base if key(r) and (r.precision == "bf16" or not bf16_only)), key=key, default=None)
-
-    b_sus, f_sus, b_fwd, f_fwd = fastest(sus), fastest(sus, True), fastest(sus_fwd), fastest(sus_fwd, True)
-    ratio = lambda b, key, r: _r(key(b) / key(r), 3) if b and key(r) else None  # noqa: E731
-    for r in recs:
-        if r.impl == "flamia" and r.error is None and sus(r):
+        if sus(r):
             r.extra["sustained"].update({
                 "best_baseline": f"{b_sus.impl}/{b_sus.recipe}" if b_sus else None,
                 "step_speedup_vs_best_baseline": ratio(b_sus, sus, r),
                 "step_speedup_vs_best_bf16": ratio(f_sus, sus, r),
-                "fwd_speedup_vs_best_baseline": ratio(b_fwd, sus_fwd, r),
-                "fwd_speedup_vs_best_bf16": ratio(f_fwd, sus_fwd, r),
+                "fwd_speedup_vs_best_baseline": ratio(b_sus_fwd, sus_fwd, r),
+                "fwd_speedup_vs_best_bf16": ratio(f_sus_fwd, sus_fwd, r),
             })
 
 
