@@ -1,35 +1,38 @@
 #!/usr/bin/env bash
 # One call: (1) the harness's GPU test of --sustained (its forward record, added after the last
-# GPU run); (2) the whole harness at 20 iterations with --sustained 1 (steps, then forwards,
-# back to back at the power cap), seven workloads, the board sampled every 100 ms; (3) if time
-# is left, tools/ab_sustained.sh: main's kernels (.ab/tests) against v130 (D = 64's P8 packed as
-# formed), llama1b-pack, the trees alternated. The harness is the working tree's (python/),
-# main's library .ab/tests' (97eb327's kernels). Carried: .ab/tests, .ab/v130, .whl.
+# GPU run); (2) tools/ab_sustained.sh: main's kernels (.ab/tests) against v130 (D = 64's P8
+# packed as formed) and v131 (v109's check on main, D = 128) on fixed-16k and llama1b-pack, the
+# trees alternated (each tree's library under this checkout's harness with --sustained 1);
+# (3) with the time left, the harness at 20 iterations with --sustained 1 (steps, then forwards,
+# back to back at the power cap) over the seven workloads, flamia and the cuDNN baselines
+# (the fastest of every workload in the last runs), the board sampled every 100 ms. The
+# harness is the working tree's (python/); main's library .ab/tests' (97eb327's kernels).
+# Carried: .ab/tests, .ab/v130, .ab/v131, .whl.
 set -uo pipefail
 : "${OUT:?}"
 T0=$(date +%s)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
-date -u +%Y-%m-%dT%H:%M:%SZ; cat .ab/tests/prebuilt/COMMIT .ab/v130/prebuilt/COMMIT
+date -u +%Y-%m-%dT%H:%M:%SZ; cat .ab/tests/prebuilt/COMMIT .ab/v130/prebuilt/COMMIT .ab/v131/prebuilt/COMMIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD/python:/tmp/site
 tag=h100; [[ $gpu == *H200* ]] && tag=h200
+dir=/tmp/sustained/$tag; mkdir -p $dir
 ( cd python/tests && FLAMIA_LIBRARY=$PWD/../../.ab/tests/prebuilt/libflamia.so timeout 150 \
-    python3 -m pytest -q test_bench_gpu.py -k sustained ) > $OUT/pytest_sustained.txt 2>&1
-echo "sustained test exit $? at $(( $(date +%s) - T0 )) s"; tail -2 $OUT/pytest_sustained.txt
-dir=/tmp/harness/$tag; mkdir -p $dir
+    python3 -m pytest -q test_bench_gpu.py -k sustained ) > $dir/pytest_sustained.txt 2>&1
+echo "sustained test exit $? at $(( $(date +%s) - T0 )) s"; tail -2 $dir/pytest_sustained.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
   > $dir/smi.csv 2>&1 & smi=$!
-left=$(( ${DEADLINE:-560} - ($(date +%s) - T0) ))
-FLAMIA_LIBRARY=$PWD/.ab/tests/prebuilt/libflamia.so timeout $left python3 -m flamia.bench --no-checks \
-  --iters 20 --warmup 3 --sustained 1 --out $dir/d20 \
-  --workloads fixed-4k,fixed-8k,fixed-16k,pack-32k,pack-128k,llama8b-pack,llama1b-pack > $dir/console.txt 2>&1
-echo "harness exit $? at $(( $(date +%s) - T0 )) s"; rm -f $dir/d20/*.png
-left=$(( ${DEADLINE:-560} - ($(date +%s) - T0) ))
-if [ $left -gt 90 ]; then
-  OUT=$dir/ab WORKLOADS=llama1b-pack RECIPES=fp8 ROUNDS=${ROUNDS:-4} timeout $left \
-    bash tools/ab_sustained.sh .ab/tests .ab/v130 > $dir/ab_console.txt 2>&1
-  echo "ab exit $? at $(( $(date +%s) - T0 )) s"
-else echo "ab: no time left ($left s)"; fi
+left=$(( ${AB_DEADLINE:-380} - ($(date +%s) - T0) ))
+OUT=$dir/ab WORKLOADS=fixed-16k,llama1b-pack RECIPES=fp8 ROUNDS=${ROUNDS:-3} timeout $left \
+  bash tools/ab_sustained.sh .ab/tests .ab/v130 .ab/v131 > $dir/ab_console.txt 2>&1
+echo "ab exit $? at $(( $(date +%s) - T0 )) s"
+left=$(( ${DEADLINE:-570} - ($(date +%s) - T0) ))
+if [ $left -gt 60 ]; then
+  FLAMIA_LIBRARY=$PWD/.ab/tests/prebuilt/libflamia.so timeout $left python3 -m flamia.bench --no-checks \
+    --iters 20 --warmup 3 --sustained 1 --impls flamia,sdpa_cudnn,cudnn_thd,cudnn_fp8 --out $dir/d20 \
+    --workloads fixed-16k,llama1b-pack,fixed-4k,fixed-8k,pack-32k,pack-128k,llama8b-pack > $dir/console.txt 2>&1
+  echo "harness exit $? at $(( $(date +%s) - T0 )) s"; rm -f $dir/d20/*.png
+else echo "harness: no time left ($left s)"; fi
 kill $smi
 tar -C $dir -czf $OUT/${tag}_sustained.tgz .
