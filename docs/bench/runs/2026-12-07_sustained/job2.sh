@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One call: fp8_mixed's dQ paths at the power cap. FLAMIA_BWD_DQ=auto (the stored dS, the
+# default at D = 128), recompute and fused, each under the harness with --sustained 1 (steps,
+# then forwards, back to back), the settings alternated ROUNDS times, the board sampled every
+# 100 ms; tools/ab_summary.py compares them (median and sustained step). The harness is the
+# working tree's (python/), the library .ab/tests' (main's kernels). Carried: .ab/tests, .whl.
+set -uo pipefail
+: "${OUT:?}"
+T0=$(date +%s)
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
+date -u +%Y-%m-%dT%H:%M:%SZ; cat .ab/tests/prebuilt/COMMIT
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=$PWD/python:/tmp/site FLAMIA_LIBRARY=$PWD/.ab/tests/prebuilt/libflamia.so
+tag=h100; [[ $gpu == *H200* ]] && tag=h200
+dir=/tmp/dq/$tag; mkdir -p $dir/runs
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
+  > $dir/smi.csv 2>&1 & smi=$!
+files=()
+for ((r = 1; r <= ${ROUNDS:-3}; ++r)); do
+  for mode in auto recompute fused; do
+    left=$(( ${DEADLINE:-560} - ($(date +%s) - T0) )); [ $left -lt 50 ] && { echo "$mode round $r: no time left"; break 2; }
+    run=$dir/runs/${mode}_round$r
+    FLAMIA_BWD_DQ=$mode timeout $left python3 -m flamia.bench --impls flamia --no-checks --iters 5 --warmup 2 \
+      --sustained 1 --workloads ${WORKLOADS:-fixed-16k,pack-32k,llama8b-pack} --out $run > $run.txt 2>&1 ||
+      { echo "$mode round $r: exit $?"; tail -3 $run.txt; continue; }
+    rm -f $run/*.png
+    cp $run/bench.json $dir/bench_${mode}_round$r.json; files+=($dir/bench_${mode}_round$r.json)
+    echo "$mode round $r done at $(( $(date +%s) - T0 )) s"
+  done
+done
+kill $smi
+python3 tools/ab_summary.py --phases step,sustained,bwd --bundle $dir/ab_dq_runs.json \
+  --what "python -m flamia.bench --impls flamia --sustained 1 under FLAMIA_BWD_DQ=auto/recompute/fused, alternated" \
+  "${files[@]}" > $dir/ab_dq.md 2>&1
+cat $dir/ab_dq.md
+tar -C $dir -czf $OUT/${tag}_dq.tgz .
