@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One call: fp8_mixed's dQ paths at the power cap. FLAMIA_BWD_DQ=auto (the stored dS, the
+# One call: the harness's GPU test of --sustained (its forward record, added after the last GPU
+# run), then fp8_mixed's dQ paths at the power cap. FLAMIA_BWD_DQ=auto (the stored dS, the
 # default at D = 128), recompute and fused, each under the harness with --sustained 1 (steps,
 # then forwards, back to back), the settings alternated ROUNDS times, the board sampled every
 # 100 ms; tools/ab_summary.py compares them (median and sustained step). The harness is the
@@ -14,6 +15,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=$PWD/python:/tmp/site FLAMIA_LIBRARY=$PWD/.ab/tests/prebuilt/libflamia.so
 tag=h100; [[ $gpu == *H200* ]] && tag=h200
 dir=/tmp/dq/$tag; mkdir -p $dir/runs
+( cd python/tests && timeout 150 python3 -m pytest -q test_bench_gpu.py -k sustained ) > $dir/pytest_sustained.txt 2>&1
+echo "sustained test exit $? at $(( $(date +%s) - T0 )) s"; tail -2 $dir/pytest_sustained.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
   > $dir/smi.csv 2>&1 & smi=$!
 files=()
