@@ -4,7 +4,10 @@
 # default at D = 128), recompute and fused, each under the harness with --sustained 1 (steps,
 # then forwards, back to back), the settings alternated ROUNDS times, the board sampled every
 # 100 ms; tools/ab_summary.py compares them (median and sustained step). The harness is the
-# working tree's (python/), the library .ab/tests' (main's kernels). Carried: .ab/tests, .whl.
+# working tree's (python/), the library .ab/tests' (main's kernels). Then, with the time left,
+# what a training step's peak memory is at long context (head dim 128, 64k-token packs) for
+# fp8_mixed under recompute and auto and for BF16 (training/attention_share.py, seed 1).
+# Carried: .ab/tests, .ab/data (training/data's train split, xz-compressed), .whl.
 set -uo pipefail
 : "${OUT:?}"
 T0=$(date +%s)
@@ -20,7 +23,7 @@ echo "sustained test exit $? at $(( $(date +%s) - T0 )) s"; tail -2 $dir/pytest_
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
   > $dir/smi.csv 2>&1 & smi=$!
 files=()
-for ((r = 1; r <= ${ROUNDS:-3}; ++r)); do
+for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
   for mode in auto recompute fused; do
     left=$(( ${DEADLINE:-560} - ($(date +%s) - T0) )); [ $left -lt 50 ] && { echo "$mode round $r: no time left"; break 2; }
     run=$dir/runs/${mode}_round$r
@@ -33,6 +36,16 @@ for ((r = 1; r <= ${ROUNDS:-3}; ++r)); do
   done
 done
 kill $smi
+mkdir -p training && tar -C training -xJf .ab/data/data.tar.xz
+for setting in mixed_recompute:fp8_mixed:recompute mixed_auto:fp8_mixed:auto bf16:bf16:auto; do
+  IFS=: read name recipe mode <<<"$setting"
+  left=$(( ${DEADLINE:-560} - ($(date +%s) - T0) )); [ $left -lt 75 ] && { echo "share $name: no time left"; break; }
+  FLAMIA_BWD_DQ=$mode timeout $(( left < 100 ? left : 100 )) python3 training/attention_share.py --recipe $recipe --seed 1 \
+    --head-dim 128 --pack-tokens 65536 --max-doc-len 16384 --out $dir/share_long.jsonl > $dir/share_$name.txt 2>&1 ||
+    echo "share $name failed: $(tail -2 $dir/share_$name.txt)"
+  echo "share $name done at $(( $(date +%s) - T0 )) s"
+done
+cat $dir/share_long.jsonl
 python3 tools/ab_summary.py --phases step,sustained,bwd --bundle $dir/ab_dq_runs.json \
   --what "python -m flamia.bench --impls flamia --sustained 1 under FLAMIA_BWD_DQ=auto/recompute/fused, alternated" \
   "${files[@]}" > $dir/ab_dq.md 2>&1
