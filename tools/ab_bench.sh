@@ -6,6 +6,8 @@
 # first tree (tools/ab_summary.py). Trees are directories holding a copy of the repository
 # (tools/make_trees.sh makes them from revisions); the first is the reference.
 #   bash tools/ab_bench.sh DIR_REF DIR [DIR ...]
+# A tree may be named and given settings for its runs: [NAME=]DIR[:VAR=value,...]
+# (tools/ab_trees.sh); a folder named twice is built once.
 # Environment: OUT (default ./out: ab_bench.md, ab_bench_runs.json = every run in one file,
 # ab_rounds.tar.gz = each run's bench_<tree>_round<k>.json/.txt and the build logs), WORKLOADS (default
 # fixed-16k,pack-32k,llama8b-pack,llama1b-pack), RECIPES (default fp8), ROUNDS (default 3),
@@ -46,6 +48,7 @@ jobs=$(( $(nproc 2>/dev/null || echo 8) / ${#dirs[@]} ))
 [ "$jobs" -ge 1 ] || jobs=1
 for i in "${!dirs[@]}"; do
   [ "${bins[$i]}" = "${dirs[$i]}/build-ab" ] || continue
+  for ((j = 0; j < i; ++j)); do [ "${dirs[$j]}" != "${dirs[$i]}" ] || continue 2; done
   ( cmake -S "${dirs[$i]}" -B "${dirs[$i]}/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
     cmake --build "${dirs[$i]}/build-ab" -j"$jobs" --target flamia flamia_bench ) \
     >"$OUT/${names[$i]}.build.log" 2>&1 &
@@ -53,7 +56,7 @@ done
 wait
 status=0
 for i in "${!dirs[@]}"; do
-  [ -x "${bins[$i]}/flamia_bench" ] || { echo "${names[$i]}: build failed"; tail -5 "$OUT/${names[$i]}.build.log"; status=1; }
+  [ -x "${bins[$i]}/flamia_bench" ] || { echo "${names[$i]}: build failed"; tail -5 "$OUT/${names[$i]}.build.log" 2>/dev/null; status=1; }
 done
 [ $status -eq 0 ] || exit 1
 
@@ -61,13 +64,14 @@ files=()
 for ((r = 1; r <= ROUNDS; ++r)); do
   for i in "${!dirs[@]}"; do
     base="$OUT/bench_${names[$i]}_round$r"
-    env ${BENCH_ENV:-} "${bins[$i]}/flamia_bench" --workloads "$WORKLOADS" --recipes "$RECIPES" --iters "$ITERS" --settle-ms "$SETTLE_MS" \
+    read -ra tree_env <<<"${envs[$i]}"
+    env ${BENCH_ENV:-} "${tree_env[@]}" "${bins[$i]}/flamia_bench" --workloads "$WORKLOADS" --recipes "$RECIPES" --iters "$ITERS" --settle-ms "$SETTLE_MS" \
       --json "$base.json" >"$base.txt" 2>&1 || { echo "${names[$i]} round $r: flamia_bench failed"; tail -5 "$base.txt"; status=1; continue; }
     files+=("$base.json")
   done
 done
 python3 "$ROOT/tools/ab_summary.py" --phases "${PHASES:-fwd,bwd,step}" --bundle "$OUT/ab_bench_runs.json" \
-  --what "${WHAT:-${BENCH_ENV:+$BENCH_ENV }flamia_bench --recipes $RECIPES --iters $ITERS, trees alternated $ROUNDS times: ${names[*]}}" \
+  --what "${WHAT:-${BENCH_ENV:+$BENCH_ENV }flamia_bench --recipes $RECIPES --iters $ITERS, trees alternated $ROUNDS times: ${described[*]}}" \
   "${files[@]}" | tee "$OUT/ab_bench.md"
 # A device call returns few files: the per-round outputs and build logs (every run is also in
 # the bundle) go into one archive.

@@ -8,6 +8,9 @@
 # a change that issues fewer instructions at a longer latency can win here and lose in
 # tools/ab_bench.sh's medians.
 #   bash tools/ab_sustained.sh DIR_REF DIR [DIR ...]
+# A tree may be named and given settings for its runs: [NAME=]DIR[:VAR=value,...]
+# (tools/ab_trees.sh), e.g. one library under two run-time switches:
+#   bash tools/ab_sustained.sh auto=.ab/main recompute=.ab/main:FLAMIA_BWD_DQ=recompute
 # Trees as for tools/ab_bench.sh (tools/make_trees.sh); each needs prebuilt/libflamia.so
 # (tools/prebuild_trees.sh) or is built here. Environment: OUT (default ./out), WORKLOADS
 # (default fixed-16k,pack-32k,llama8b-pack,llama1b-pack), RECIPES (fp8, fp8_mixed or both,
@@ -44,7 +47,8 @@ files=()
 for ((r = 1; r <= ROUNDS; ++r)); do
   for i in "${!dirs[@]}"; do
     run="$OUT/${names[$i]}_round$r"
-    FLAMIA_LIBRARY="${libs[$i]}" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" \
+    read -ra tree_env <<<"${envs[$i]}"
+    env "${tree_env[@]}" FLAMIA_LIBRARY="${libs[$i]}" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" \
       python3 -m flamia.bench --impls flamia --no-checks --iters 5 --warmup 2 --sustained "$WINDOW_S" \
       --workloads "$WORKLOADS" --out "$run" >"$run.txt" 2>&1 ||
       { echo "${names[$i]} round $r: the harness failed"; tail -5 "$run.txt"; status=1; continue; }
@@ -61,6 +65,6 @@ PY
 done
 [ ${#files[@]} -gt 0 ] || exit 1
 python3 "$ROOT/tools/ab_summary.py" --phases step,sustained,fwd,sustained_fwd --bundle "$OUT/ab_sustained_runs.json" \
-  --what "python -m flamia.bench --impls flamia --sustained $WINDOW_S ($RECIPES), trees alternated $ROUNDS times: ${names[*]}" \
+  --what "python -m flamia.bench --impls flamia --sustained $WINDOW_S ($RECIPES), trees alternated $ROUNDS times: ${described[*]}" \
   "${files[@]}" | tee "$OUT/ab_sustained.md"
 exit $status

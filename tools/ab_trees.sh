@@ -1,13 +1,35 @@
 # Sourced by the A/B tools (ab_bench.sh, ab_sustained.sh): checks their tree arguments and
-# fills `dirs` (absolute paths) and `names` (each tree's folder name, which names its runs).
-# Exits 2 with the reason on a name that cannot name a file or on two trees of one name.
+# fills `dirs` (absolute paths), `names` (what names each one's runs), `envs` (the
+# VAR=value settings its runs get, space-separated) and `described` (name and settings, for
+# a summary's description). An argument is [NAME=]DIR[:VAR=value,...]:
+# the name defaults to the folder's name, and the settings let one tree be timed under
+# several run-time switches, e.g. `auto=.ab/main recompute=.ab/main:FLAMIA_BWD_DQ=recompute`.
+# Exits 2 with the reason on a name that cannot name a file, two arguments of one name, or a
+# setting that is not VAR=value (a value without spaces or commas).
 dirs=()
 names=()
-for d in "$@"; do
-  d=$(cd "$d" && pwd) || exit 2
-  name=$(basename "$d")
+envs=()
+described=()
+for spec in "$@"; do
+  name=
+  head=${spec%%=*}
+  if [[ $spec == *=* && $head =~ ^[A-Za-z0-9_.-]+$ ]]; then name=$head; spec=${spec#*=}; fi
+  settings=
+  if [[ $spec == *:* ]]; then settings=${spec#*:}; spec=${spec%%:*}; fi
+  d=$(cd "$spec" && pwd) || exit 2
+  [ -n "$name" ] || name=$(basename "$d")
   [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "tree name '$name': use letters, digits, '.', '_' or '-'"; exit 2; }
   for n in "${names[@]}"; do [ "$n" != "$name" ] || { echo "two trees named '$name'"; exit 2; }; done
+  e=
+  if [ -n "$settings" ]; then
+    IFS=, read -ra pairs <<<"$settings"
+    for s in "${pairs[@]}"; do
+      [[ $s =~ ^[A-Za-z_][A-Za-z0-9_]*=[^[:space:]]*$ ]] || { echo "$name: setting '$s' is not VAR=value"; exit 2; }
+      e="$e${e:+ }$s"
+    done
+  fi
   dirs+=("$d")
   names+=("$name")
+  envs+=("$e")
+  described+=("$name${e:+ ($e)}")
 done

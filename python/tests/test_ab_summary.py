@@ -1,5 +1,6 @@
-"""tools/ab_summary.py and tools/ab_bench.sh's argument checks, on synthetic flamia_bench
-JSONs (no GPU, no build)."""
+"""tools/ab_summary.py, and tools/ab_bench.sh's and ab_sustained.sh's argument checks
+(tools/ab_trees.sh) and loop, on synthetic flamia_bench JSONs and a stand-in harness (no GPU,
+no build)."""
 import json
 import subprocess
 import sys
@@ -114,9 +115,11 @@ def test_ab_sustained_refuses_before_running(tmp_path):
         assert run.returncode == 2 and run.stdout.startswith(f"{var}: "), (var, value, run.stdout)
 
 
-def test_ab_sustained_alternates_the_trees_and_summarizes(tmp_path):
-    # The harness itself needs a GPU; a stand-in python3 answers `-m flamia.bench` with a
-    # bench.json whose times depend on the tree's library, and runs everything else for real.
+def stand_in_harness(tmp_path: Path, sustained_ms: str) -> dict:
+    """A stand-in python3 for tools/ab_sustained.sh (the harness itself needs a GPU): it answers
+    `-m flamia.bench` with a bench.json whose fp8_mixed sustained step is the shell expression
+    sustained_ms, logs "$FLAMIA_LIBRARY $FLAMIA_BWD_DQ $*" a call to calls.txt, and runs
+    everything else for real. Returns the environment that puts it first on PATH."""
     import os
     import shutil
 
@@ -126,19 +129,27 @@ def test_ab_sustained_alternates_the_trees_and_summarizes(tmp_path):
     (fake / "python3").write_text(f"""#!/bin/bash
 if [ "$1 $2" = "-m flamia.bench" ]; then
   out=$(echo "$@" | sed 's/.*--out \\([^ ]*\\).*/\\1/'); mkdir -p "$out"
-  case "$FLAMIA_LIBRARY" in *ref*) s=13.8;; *) s=13.5;; esac
+  s={sustained_ms}
   echo "{{\\"records\\": [{{\\"workload\\": \\"fixed-16k\\", \\"impl\\": \\"flamia\\", \\"recipe\\": \\"fp8\\", \\"step_ms\\": 16.0, \\"sustained\\": {{\\"step_ms\\": 16.3}}}}, {{\\"workload\\": \\"fixed-16k\\", \\"impl\\": \\"flamia\\", \\"recipe\\": \\"fp8_mixed\\", \\"step_ms\\": 13.4, \\"sustained\\": {{\\"step_ms\\": $s}}}}]}}" > "$out/bench.json"
-  echo "$FLAMIA_LIBRARY $*" >> "{tmp_path}/calls.txt"
+  echo "$FLAMIA_LIBRARY ${{FLAMIA_BWD_DQ:--}} $*" >> "{tmp_path}/calls.txt"
   exit 0
 fi
 exec {real} "$@"
 """)
     (fake / "python3").chmod(0o755)
-    for tree in ("ref", "v"):
+    return {"PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(tmp_path / "o"), "ROUNDS": "2",
+            "RECIPES": "fp8_mixed", "WINDOW_S": "0.5"}
+
+
+def prebuilt_trees(tmp_path: Path, *trees: str) -> None:
+    for tree in trees:
         (tmp_path / tree / "prebuilt").mkdir(parents=True)
         (tmp_path / tree / "prebuilt" / "libflamia.so").write_text("")
-    env = {"PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(tmp_path / "o"), "ROUNDS": "2",
-           "RECIPES": "fp8_mixed", "WINDOW_S": "0.5"}
+
+
+def test_ab_sustained_alternates_the_trees_and_summarizes(tmp_path):
+    env = stand_in_harness(tmp_path, '$(case "$FLAMIA_LIBRARY" in *ref*) echo 13.8;; *) echo 13.5;; esac)')
+    prebuilt_trees(tmp_path, "ref", "v")
     run = subprocess.run(["bash", str(ROOT / "tools" / "ab_sustained.sh"), str(tmp_path / "ref"), str(tmp_path / "v")],
                          capture_output=True, text=True, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -150,3 +161,35 @@ exec {real} "$@"
     assert "| fp8 |" not in summary  # RECIPES kept fp8_mixed only
     bundle = json.loads((tmp_path / "o" / "ab_sustained_runs.json").read_text())
     assert sorted(bundle["runs"]) == ["ref_round1", "ref_round2", "v_round1", "v_round2"]
+
+
+def test_ab_sustained_times_one_tree_under_two_settings(tmp_path):
+    # NAME=DIR:VAR=value (tools/ab_trees.sh): one library, the runs told apart by a switch.
+    env = stand_in_harness(tmp_path, '$([ "$FLAMIA_BWD_DQ" = recompute ] && echo 14.0 || echo 13.6)')
+    prebuilt_trees(tmp_path, "main")
+    run = subprocess.run(["bash", str(ROOT / "tools" / "ab_sustained.sh"), f"auto={tmp_path / 'main'}",
+                          f"recompute={tmp_path / 'main'}:FLAMIA_BWD_DQ=recompute,FLAMIA_BWD_DS_MIB=512"],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    calls = [c.split()[:2] for c in (tmp_path / "calls.txt").read_text().splitlines()]
+    lib = str(tmp_path / "main" / "prebuilt" / "libflamia.so")
+    assert calls == [[lib, "-"], [lib, "recompute"], [lib, "-"], [lib, "recompute"]]
+    summary = (tmp_path / "o" / "ab_sustained.md").read_text()
+    assert "| fixed-16k | fp8_mixed | sustained | 13.600 / 13.600 (median 13.600) | 14.000 / 14.000 (median 14.000) | +2.9 % (every round above) |" in summary
+    bundle = json.loads((tmp_path / "o" / "ab_sustained_runs.json").read_text())
+    assert sorted(bundle["runs"]) == ["auto_round1", "auto_round2", "recompute_round1", "recompute_round2"]
+    assert "recompute (FLAMIA_BWD_DQ=recompute FLAMIA_BWD_DS_MIB=512)" in bundle["what"]
+
+
+def test_ab_trees_refuses_bad_names_and_settings(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    for args, message in ((["a=" + str(tmp_path / "x"), "a=" + str(tmp_path / "y")], "two trees named 'a'"),
+                          ([str(tmp_path / "x"), str(tmp_path / "x")], "two trees named 'x'"),
+                          ([str(tmp_path / "x"), str(tmp_path / "y") + ":1BAD=v"], "y: setting '1BAD=v' is not VAR=value"),
+                          ([str(tmp_path / "x"), "b=" + str(tmp_path / "y") + ":FLAMIA_BWD_DQ"],
+                           "b: setting 'FLAMIA_BWD_DQ' is not VAR=value")):
+        for script in ("ab_sustained.sh", "ab_bench.sh"):
+            run = subprocess.run(["bash", str(ROOT / "tools" / script), *args], capture_output=True, text=True,
+                                 env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o")})
+            assert run.returncode == 2 and run.stdout.strip() == message, (script, args, run.stdout)

@@ -2,8 +2,8 @@
 # One call: the harness's GPU test of --sustained (its forward record, added after the last GPU
 # run), then fp8_mixed's dQ paths at the power cap. FLAMIA_BWD_DQ=auto (the stored dS, the
 # default at D = 128), recompute and fused, each under the harness with --sustained 1 (steps,
-# then forwards, back to back), the settings alternated ROUNDS times, the board sampled every
-# 100 ms; tools/ab_summary.py compares them (median and sustained step). The harness is the
+# then forwards, back to back), the settings alternated ROUNDS times (tools/ab_sustained.sh,
+# one library under three settings), the board sampled every 100 ms. The harness is the
 # working tree's (python/), the library .ab/tests' (main's kernels). Then, with the time left,
 # what a training step's peak memory is at long context (head dim 128, 64k-token packs) for
 # fp8_mixed under recompute and auto and for BF16 (training/attention_share.py, seed 1).
@@ -17,24 +17,16 @@ date -u +%Y-%m-%dT%H:%M:%SZ; cat .ab/tests/prebuilt/COMMIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD/python:/tmp/site FLAMIA_LIBRARY=$PWD/.ab/tests/prebuilt/libflamia.so
 tag=h100; [[ $gpu == *H200* ]] && tag=h200
-dir=/tmp/dq/$tag; mkdir -p $dir/runs
+dir=/tmp/dq/$tag; mkdir -p $dir
 ( cd python/tests && timeout 150 python3 -m pytest -q test_bench_gpu.py -k sustained ) > $dir/pytest_sustained.txt 2>&1
 echo "sustained test exit $? at $(( $(date +%s) - T0 )) s"; tail -2 $dir/pytest_sustained.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
   > $dir/smi.csv 2>&1 & smi=$!
-files=()
-for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
-  for mode in auto recompute fused; do
-    left=$(( ${DEADLINE:-560} - ($(date +%s) - T0) )); [ $left -lt 50 ] && { echo "$mode round $r: no time left"; break 2; }
-    run=$dir/runs/${mode}_round$r
-    FLAMIA_BWD_DQ=$mode timeout $left python3 -m flamia.bench --impls flamia --no-checks --iters 5 --warmup 2 \
-      --sustained 1 --workloads ${WORKLOADS:-fixed-16k,pack-32k,llama8b-pack} --out $run > $run.txt 2>&1 ||
-      { echo "$mode round $r: exit $?"; tail -3 $run.txt; continue; }
-    rm -f $run/*.png
-    cp $run/bench.json $dir/bench_${mode}_round$r.json; files+=($dir/bench_${mode}_round$r.json)
-    echo "$mode round $r done at $(( $(date +%s) - T0 )) s"
-  done
-done
+left=$(( ${DEADLINE:-560} - ($(date +%s) - T0) - 100 ))
+OUT=$dir/ab WORKLOADS=${WORKLOADS:-fixed-16k,pack-32k,llama8b-pack} RECIPES=fp8_mixed timeout $left \
+  bash tools/ab_sustained.sh auto=.ab/tests recompute=.ab/tests:FLAMIA_BWD_DQ=recompute \
+  fused=.ab/tests:FLAMIA_BWD_DQ=fused > $dir/ab_console.txt 2>&1
+echo "ab exit $? at $(( $(date +%s) - T0 )) s"; tail -20 $dir/ab/ab_sustained.md
 kill $smi
 mkdir -p training && tar -C training -xJf .ab/data/data.tar.xz
 for setting in mixed_recompute:fp8_mixed:recompute mixed_auto:fp8_mixed:auto bf16:bf16:auto; do
@@ -46,8 +38,4 @@ for setting in mixed_recompute:fp8_mixed:recompute mixed_auto:fp8_mixed:auto bf1
   echo "share $name done at $(( $(date +%s) - T0 )) s"
 done
 cat $dir/share_long.jsonl
-python3 tools/ab_summary.py --phases step,sustained,bwd --bundle $dir/ab_dq_runs.json \
-  --what "python -m flamia.bench --impls flamia --sustained 1 under FLAMIA_BWD_DQ=auto/recompute/fused, alternated" \
-  "${files[@]}" > $dir/ab_dq.md 2>&1
-cat $dir/ab_dq.md
 tar -C $dir -czf $OUT/${tag}_dq.tgz .
