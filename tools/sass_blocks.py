@@ -7,10 +7,12 @@ costs on each path of a mainloop (masked or not, whole-tile sigma or per-row) wi
     python3 tools/sass_blocks.py flamia.sass --kernel 'dkdv_kernelILi128ELb1ELb0ELb1E'
 
 cuobjdump ships with the CUDA toolkit, or as the `nvidia-cuda-cuobjdump` Python wheel where
-the toolkit lacks it (it runs nvdisasm: the `nvidia-cuda-nvdisasm` wheel's, on PATH). --kernel is a regular expression on the mangled name (the first match);
---min N hides blocks of fewer than N instructions; --loop K picks the K-th loop (innermost
-first; default 0) of those of at least --loop-min instructions (default 50). A block is a run of instructions entered only at its start; the path a tile
-takes through them is the caller's reading (the branches are printed).
+the toolkit lacks it (it runs nvdisasm: the `nvidia-cuda-nvdisasm` wheel's, on PATH).
+--kernel is a regular expression on the mangled name (the first match); --min N hides blocks
+of fewer than N instructions; --loop K picks the K-th loop (innermost first; default 0) of
+those of at least --loop-min instructions (default 50). A block is a run of instructions
+entered only at its start; the path a tile takes through them is the caller's reading (the
+branches are printed).
 """
 import argparse
 import collections
