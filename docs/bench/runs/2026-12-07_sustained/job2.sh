@@ -17,9 +17,12 @@ date -u +%Y-%m-%dT%H:%M:%SZ; cat .ab/tests/prebuilt/COMMIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD/python:/tmp/site FLAMIA_LIBRARY=$PWD/.ab/tests/prebuilt/libflamia.so
 tag=h100; [[ $gpu == *H200* ]] && tag=h200
+# Packed after each stage: a call cut short by its time limit still returns what ran.
+pack() { tar -C $dir -czf $OUT/${tag}_dq.tgz . 2>/dev/null; }
 dir=/tmp/dq/$tag; mkdir -p $dir
 ( cd python/tests && timeout 150 python3 -m pytest -q test_bench_gpu.py -k sustained ) > $dir/pytest_sustained.txt 2>&1
 echo "sustained test exit $? at $(( $(date +%s) - T0 )) s"; tail -2 $dir/pytest_sustained.txt
+pack
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
   > $dir/smi.csv 2>&1 & smi=$!
 left=$(( ${DEADLINE:-560} - ($(date +%s) - T0) - 100 ))
@@ -27,6 +30,7 @@ OUT=$dir/ab WORKLOADS=${WORKLOADS:-fixed-16k,pack-32k,llama8b-pack} RECIPES=fp8_
   bash tools/ab_sustained.sh auto=.ab/tests recompute=.ab/tests:FLAMIA_BWD_DQ=recompute \
   fused=.ab/tests:FLAMIA_BWD_DQ=fused > $dir/ab_console.txt 2>&1
 echo "ab exit $? at $(( $(date +%s) - T0 )) s"; tail -20 $dir/ab/ab_sustained.md
+pack
 kill $smi
 mkdir -p training && tar -C training -xJf .ab/data/data.tar.xz
 for setting in mixed_recompute:fp8_mixed:recompute mixed_auto:fp8_mixed:auto bf16:bf16:auto; do
@@ -36,6 +40,7 @@ for setting in mixed_recompute:fp8_mixed:recompute mixed_auto:fp8_mixed:auto bf1
     --head-dim 128 --pack-tokens 65536 --max-doc-len 16384 --out $dir/share_long.jsonl > $dir/share_$name.txt 2>&1 ||
     echo "share $name failed: $(tail -2 $dir/share_$name.txt)"
   echo "share $name done at $(( $(date +%s) - T0 )) s"
+  pack
 done
 cat $dir/share_long.jsonl
-tar -C $dir -czf $OUT/${tag}_dq.tgz .
+pack
