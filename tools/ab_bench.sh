@@ -18,20 +18,12 @@
 # compare two versions of an option).
 # Correctness is tools/ab_check.sh's part (GPU suite, sanitizers, fuzzer); this one only times.
 set -uo pipefail
-[ $# -ge 2 ] || { echo "usage: $0 DIR_REF DIR [DIR ...]"; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-WORKLOADS=${WORKLOADS:-fixed-16k,pack-32k,llama8b-pack,llama1b-pack}
+source "$ROOT/tools/ab_trees.sh"  # usage, OUT, WORKLOADS, ROUNDS and the trees
 RECIPES=${RECIPES:-fp8}
-ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-10}
 SETTLE_MS=${SETTLE_MS:-0}
 [[ $SETTLE_MS =~ ^[0-9]+$ ]] || { echo "SETTLE_MS: '$SETTLE_MS' is not a non-negative integer"; exit 2; }
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS: '$ROUNDS' is not a positive integer"; exit 2; }
-
-source "$ROOT/tools/ab_trees.sh"
 
 # A tree whose prebuilt/ holds a flamia_bench that runs here (tools/prebuild_trees.sh: built on
 # another machine with the same toolkit, libflamia.so beside it) is not built again.

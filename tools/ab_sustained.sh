@@ -16,21 +16,13 @@
 # (default fixed-16k,pack-32k,llama8b-pack,llama1b-pack), RECIPES (fp8, fp8_mixed or both,
 # default both), ROUNDS (default 3), WINDOW_S (default 1: the sustained window, seconds).
 set -uo pipefail
-[ $# -ge 2 ] || { echo "usage: $0 DIR_REF DIR [DIR ...]"; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-WORKLOADS=${WORKLOADS:-fixed-16k,pack-32k,llama8b-pack,llama1b-pack}
+source "$ROOT/tools/ab_trees.sh"  # usage, OUT, WORKLOADS, ROUNDS and the trees
 RECIPES=${RECIPES:-fp8,fp8_mixed}
-ROUNDS=${ROUNDS:-3}
 WINDOW_S=${WINDOW_S:-1}
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS: '$ROUNDS' is not a positive integer"; exit 2; }
 [[ $WINDOW_S =~ ^[0-9]*\.?[0-9]+$ ]] && awk -v w="$WINDOW_S" 'BEGIN { exit !(w > 0) }' ||
   { echo "WINDOW_S: '$WINDOW_S' is not a positive number"; exit 2; }
 [[ $RECIPES =~ ^(fp8|fp8_mixed)(,(fp8|fp8_mixed))?$ ]] || { echo "RECIPES: '$RECIPES': fp8, fp8_mixed or both"; exit 2; }
-
-source "$ROOT/tools/ab_trees.sh"
 
 libs=()
 for i in "${!dirs[@]}"; do

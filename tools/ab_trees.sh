@@ -1,11 +1,20 @@
-# Sourced by the A/B tools (ab_bench.sh, ab_sustained.sh): checks their tree arguments and
-# fills `dirs` (absolute paths), `names` (what names each one's runs), `envs` (the
-# VAR=value settings its runs get, space-separated) and `described` (name and settings, for
-# a summary's description). An argument is [NAME=]DIR[:VAR=value,...]:
+# Sourced by the A/B tools (ab_bench.sh, ab_sustained.sh), with what they share: the usage
+# (two trees at least), OUT (default ./out, made and absolute), WORKLOADS (default
+# fixed-16k,pack-32k,llama8b-pack,llama1b-pack), ROUNDS (default 3, a positive integer); then
+# it checks their tree arguments and fills `dirs` (absolute paths), `names` (what names each
+# one's runs), `envs` (the VAR=value settings its runs get, space-separated) and `described`
+# (name and settings, for a summary's description). An argument is [NAME=]DIR[:VAR=value,...]:
 # the name defaults to the folder's name, and the settings let one tree be timed under
 # several run-time switches, e.g. `auto=.ab/main recompute=.ab/main:FLAMIA_BWD_DQ=recompute`.
 # Exits 2 with the reason on a name that cannot name a file, two arguments of one name, or a
 # setting that is not VAR=value (a value without spaces or commas).
+[ $# -ge 2 ] || { echo "usage: $0 DIR_REF DIR [DIR ...]"; exit 2; }
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORKLOADS=${WORKLOADS:-fixed-16k,pack-32k,llama8b-pack,llama1b-pack}
+ROUNDS=${ROUNDS:-3}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS: '$ROUNDS' is not a positive integer"; exit 2; }
 dirs=()
 names=()
 envs=()
