@@ -1236,11 +1236,11 @@ def sustained_table(recs: List[Record]) -> None:
         return
     cols = ["workload", "impl", "recipe", "steps", "step", "J/step", "W", "MHz", "minMHz", "xbest", "xbf16",
             "fwd", "J/fwd", "fwdMHz", "xfwd", "xfwdbf16"]
+    f = lambda v, nd=3: "-" if v is None else (f"{v:.{nd}f}" if isinstance(v, float) else str(v))  # noqa: E731
     rows = []
     for r in recs:
         x = r.extra["sustained"]
         fw = x.get("fwd") or {}
-        f = lambda v, nd=3: "-" if v is None else (f"{v:.{nd}f}" if isinstance(v, float) else str(v))  # noqa: E731
         rows.append([r.workload, r.impl, r.recipe, f(x["steps"]), f(x["step_ms"]), f(x["joules_per_step"]),
                      f(x["watts"], 1), f(x["sm_mhz"], 0), f(x["sm_mhz_min"]),
                      f(x.get("step_speedup_vs_best_baseline"), 2), f(x.get("step_speedup_vs_best_bf16"), 2),
