@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # One call: (1) the harness's GPU test of --sustained (its forward record, added after the last
 # GPU run); (2) tools/ab_sustained.sh: main's kernels (.ab/tests) against v130 (D = 64's P8
-# packed as formed) and v131 (v109's check on main, D = 128) on fixed-16k and llama1b-pack, the
-# trees alternated (each tree's library under this checkout's harness with --sustained 1);
+# packed as formed, branch fwd-pack-inline64) on fixed-16k and llama1b-pack, the trees
+# alternated (each tree's library under this checkout's harness with --sustained 1);
 # (3) with the time left, the harness at 20 iterations with --sustained 1 (steps, then forwards,
 # back to back at the power cap) over the seven workloads, flamia and the cuDNN baselines
 # (the fastest of every workload in the last runs), the board sampled every 100 ms. The
-# harness is the working tree's (python/); main's library .ab/tests' (97eb327's kernels).
-# Carried: .ab/tests, .ab/v130, .ab/v131, .whl.
+# harness is the working tree's (python/); main's library .ab/tests' (4988150's kernels).
+# Carried: .ab/tests, .ab/v130, .whl.
 set -uo pipefail
 : "${OUT:?}"
 T0=$(date +%s)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
-date -u +%Y-%m-%dT%H:%M:%SZ; cat .ab/tests/prebuilt/COMMIT .ab/v130/prebuilt/COMMIT .ab/v131/prebuilt/COMMIT
+date -u +%Y-%m-%dT%H:%M:%SZ; cat .ab/tests/prebuilt/COMMIT .ab/v130/prebuilt/COMMIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD/python:/tmp/site
 tag=h100; [[ $gpu == *H200* ]] && tag=h200
@@ -28,7 +28,7 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=c
   > $dir/smi.csv 2>&1 & smi=$!
 left=$(( ${AB_DEADLINE:-380} - ($(date +%s) - T0) ))
 OUT=$dir/ab WORKLOADS=fixed-16k,llama1b-pack RECIPES=fp8 ROUNDS=${ROUNDS:-3} timeout $left \
-  bash tools/ab_sustained.sh .ab/tests .ab/v130 .ab/v131 > $dir/ab_console.txt 2>&1
+  bash tools/ab_sustained.sh .ab/tests .ab/v130 > $dir/ab_console.txt 2>&1
 echo "ab exit $? at $(( $(date +%s) - T0 )) s"
 pack
 left=$(( ${DEADLINE:-570} - ($(date +%s) - T0) ))
