@@ -61,7 +61,7 @@ struct Plan {
   static constexpr bool kSumsInFold = D == 128;
   // Whether the maxima-first softmax packs P8 as it forms each pair of n8-tiles, as the lazy
   // pass does, rather than after every exp: −0.7 % at D = 128 (its masked tiles and retakes),
-  // +0.5 % at D = 64 (docs/PERFORMANCE.md v122).
+  // +0.5 % at D = 64 (docs/PERFORMANCE.md v122), and no gain there at the power cap (v130).
   static constexpr bool kPackAsFormed = D == 128;
 
   // Operand rows: Q and K rows are one token's D codes (D-byte swizzle), Vᵀ rows one d's 128
