@@ -226,6 +226,12 @@ class Library:
         return int(self._dll.flamia_qkv8_bytes(total_tokens, num_docs, hq, hkv, head_dim, recipe,
                                                1 if for_backward else 0))
 
+    def backward_workspace_bytes(self, total_tokens: int, num_docs: int, hq: int, hkv: int, head_dim: int,
+                                 recipe: int) -> int:
+        """The workspace every backward call with these sizes needs, without the stored dS
+        (0 for invalid sizes, which the backward call itself then reports)."""
+        return int(self._dll.flamia_backward_workspace_bytes(total_tokens, num_docs, hq, hkv, head_dim, recipe))
+
     def backward_workspace_bytes_for(self, args: AttentionArgs) -> int:
         """The workspace of a backward call with these arguments, every option included (0 for
         host calls, and for invalid arguments, which the backward call itself then reports)."""

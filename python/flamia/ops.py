@@ -23,9 +23,18 @@ q_start[b] (a multiple of 128 in [0, L_b]); the rows before are keys only. The l
 computes out, lse and dq only for the later rows (bitwise the rows of the call without
 q_start) and sums dk, dv over them alone; the Python entry points zero-fill out, lse and dq,
 so the earlier rows read 0. Context parallelism (flamia.distributed) uses it.
+
+low_memory (backward): the backward runs in the workspace every call needs
+(flamia_backward_workspace_bytes) instead of the one that also holds the stored dS
+(flamia_backward_workspace_bytes_for), so fp8_mixed at head dim 128 recomputes dS for dQ
+rather than storing it: bitwise the same gradients, no slab (up to FLAMIA_BWD_DS_MIB, default
+2 GiB; 755 MiB in a model's step at 64k-token packs), a slower backward (README, "Memory").
+Other recipes and head dims never store dS, so there it changes nothing. Per call, so a
+memory-bound layer can take it while the others do not.
 """
 
 import contextlib
+import os
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -160,12 +169,14 @@ def forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int
 def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], out: Tensor,
              lse: Tensor, qkv8: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool = True,
              softmax_scale: float = 0.0, recipe: str = "fp8",
-             kv_heads: Optional[int] = None, q_start: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+             kv_heads: Optional[int] = None, q_start: Optional[Tensor] = None,
+             low_memory: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
     """Backward from the forward's saved (out, lse, qkv8). Returns (dq, dk, dv) in bf16.
     On the GPU v may be None (the kernels read it from qkv8), and with recipe "fp8" q and k too;
     kv_heads then gives Hkv (the shapes are out's, [T, Hq, D], and [T, kv_heads, D]).
     q_start: the forward's (module docstring); dq is then zero-filled first (its rows before
-    q_start[b] read 0), and dk, dv sum over the rows at or after q_start[b] only."""
+    q_start[b] read 0), and dk, dv sum over the rows at or after q_start[b] only.
+    low_memory: no stored dS (module docstring)."""
     if (q is None) != (k is None):
         raise FlamiaError("flamia: q and k must be given together or both be None")
     if q is None and v is not None:
@@ -197,7 +208,13 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
     dv = torch.empty((T, hkv, d), dtype=torch.bfloat16, device=dev)
     with _on(dev):
         args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, shapes, q_start)
-        wbytes = lib.backward_workspace_bytes_for(args)
+        if low_memory and dev.type == "cuda":
+            if os.environ.get("FLAMIA_BWD_DQ") == "hbm":
+                raise FlamiaError("flamia: low_memory=True asks for the backward without the stored dS, "
+                                  "but FLAMIA_BWD_DQ=hbm requires it; unset FLAMIA_BWD_DQ or pass low_memory=False")
+            wbytes = lib.backward_workspace_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, _lib.recipe_id(recipe))
+        else:
+            wbytes = lib.backward_workspace_bytes_for(args)
         ws = torch.empty((wbytes,), dtype=torch.uint8, device=dev)
         lib.backward(args, tensor_view(dout, "dout"), tensor_view(out, "out"), tensor_view(lse, "lse"),
                      qkv8.data_ptr() if qkv8.numel() else 0, qkv8.numel(),
@@ -210,7 +227,8 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
 @torch.library.custom_op("flamia::fwd", mutates_args=())
 def _fwd_op(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool,
             softmax_scale: float, recipe: str, for_backward: bool,
-            q_start: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+            q_start: Optional[Tensor] = None, low_memory: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+    # low_memory is the backward's (autograd's formula reads it from the forward's inputs).
     return forward(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward, q_start)
 
 
@@ -226,7 +244,8 @@ def _qkv8_fake_size(q: Tensor, k: Tensor, cu_seqlens: Tensor, recipe: str, for_b
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward, q_start=None):
+def _fwd_fake(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward, q_start=None,
+              low_memory=False):
     T, hq, d = q.shape
     out = q.new_empty((T, hq, d), dtype=torch.bfloat16)
     lse = q.new_empty((hq, T), dtype=torch.float32)
@@ -237,14 +256,15 @@ def _fwd_fake(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, fo
 @torch.library.custom_op("flamia::bwd", mutates_args=())
 def _bwd_op(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], out: Tensor,
             lse: Tensor, qkv8: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool, softmax_scale: float,
-            recipe: str, kv_heads: int, q_start: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+            recipe: str, kv_heads: int, q_start: Optional[Tensor] = None,
+            low_memory: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
     return backward(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, softmax_scale, recipe,
-                    kv_heads, q_start)
+                    kv_heads, q_start, low_memory)
 
 
 @_bwd_op.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, kv_heads,
-              q_start=None):
+              q_start=None, low_memory=False):
     T, hq, d = out.shape
     return (out.new_empty((T, hq, d), dtype=torch.bfloat16), out.new_empty((T, kv_heads, d), dtype=torch.bfloat16),
             out.new_empty((T, kv_heads, d), dtype=torch.bfloat16))
@@ -259,7 +279,7 @@ def _kept_inputs(q: Tensor, recipe: str) -> int:
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward, q_start = inputs
+    q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward, q_start, low_memory = inputs
     out, lse, qkv8 = output
     ctx.kept = _kept_inputs(q, recipe)
     ctx.kv_heads = k.shape[1]
@@ -269,6 +289,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.softmax_scale = softmax_scale
     ctx.recipe = recipe
     ctx.for_backward = for_backward
+    ctx.low_memory = low_memory
     # lse/qkv8 carry no gradient of their own; flamia's backward, like FlashAttention's,
     # propagates through O only. Without materialize_grads off, autograd would hand the
     # backward a zero-filled tensor of qkv8's size (and lse's): a second qkv8 allocated and
@@ -289,8 +310,8 @@ def _backward(ctx, dout, dlse, dqkv8):
         dout = torch.zeros_like(out)
     dq, dk, dv = torch.ops.flamia.bwd(dout.contiguous(), q, k, v, out, lse, qkv8, cu_seqlens,
                                       ctx.max_seqlen, ctx.causal, ctx.softmax_scale, ctx.recipe, ctx.kv_heads,
-                                      q_start)
-    return dq, dk, dv, None, None, None, None, None, None, None
+                                      q_start, ctx.low_memory)
+    return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("flamia::fwd", _backward, setup_context=_setup_context)
@@ -299,7 +320,8 @@ torch.library.register_autograd("flamia::fwd", _backward, setup_context=_setup_c
 # ---- public API ------------------------------------------------------------------------------
 def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int,
               causal: bool = True, softmax_scale: Optional[float] = None, recipe: str = "fp8",
-              return_lse: bool = False, q_start: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+              return_lse: bool = False, q_start: Optional[Tensor] = None,
+              low_memory: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """FP8 attention over a packed batch of documents.
 
     q [T, Hq, D], k/v [T, Hkv, D] bf16 tensors (Hq a multiple of Hkv, D in {64, 128},
@@ -314,13 +336,17 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: i
     the q gradient, is bitwise the row of the call without q_start; the k, v gradients sum
     over the later query rows only (as if dout were 0 on the earlier ones). The library
     checks the values (FlamiaError naming q_start).
+
+    low_memory: the backward of this call without the stored dS (fp8_mixed at head dim 128:
+    dS recomputed for dQ; the same gradients bit for bit, less memory, a slower backward;
+    module docstring).
     """
     _require_one_device(_with_q_start((("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)), q_start))
     _lib.recipe_id(recipe)  # fail early, with the list of recipes
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens, int(max_seqlen), bool(causal),
                                        float(softmax_scale) if softmax_scale is not None else 0.0,
-                                       recipe, needs_grad, q_start)
+                                       recipe, needs_grad, q_start, bool(low_memory))
     return (out, lse) if return_lse else out
 
 
@@ -337,12 +363,13 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
                            window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                            alibi_slopes: Optional[Tensor] = None, deterministic: bool = False,
                            return_attn_probs: bool = False, block_table: Optional[Tensor] = None,
-                           *, recipe: str = "fp8"):
+                           *, recipe: str = "fp8", low_memory: bool = False):
     """Drop-in for flash_attn.flash_attn_varlen_func (same argument order), self-attention only.
 
     cu_seqlens_q must equal cu_seqlens_k; dropout, sliding windows, softcap, ALiBi and paged
-    KV are not supported and raise. `deterministic` is accepted for compatibility. With
-    return_attn_probs, returns (out, lse, None) like flash_attn (lse [Hq, T]).
+    KV are not supported and raise. `deterministic` is accepted for compatibility (flamia's
+    default backward is deterministic). With return_attn_probs, returns (out, lse, None) like
+    flash_attn (lse [Hq, T]). recipe and low_memory: attention's.
     """
     if dropout_p != 0.0:
         raise FlamiaError(f"flamia: dropout_p must be 0 (got {dropout_p}); flamia has no attention dropout")
@@ -362,7 +389,7 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
         if not _is_compiling() and not torch.equal(cu_seqlens_q, cu_seqlens_k):
             raise FlamiaError("flamia: cu_seqlens_q must equal cu_seqlens_k (self-attention only)")
     out, lse = attention(q, k, v, cu_seqlens_q, max(int(max_seqlen_q), int(max_seqlen_k)), causal=causal,
-                         softmax_scale=softmax_scale, recipe=recipe, return_lse=True)
+                         softmax_scale=softmax_scale, recipe=recipe, return_lse=True, low_memory=low_memory)
     if return_attn_probs:
         return out, lse, None
     return out
