@@ -367,9 +367,10 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     """Drop-in for flash_attn.flash_attn_varlen_func (same argument order), self-attention only.
 
     cu_seqlens_q must equal cu_seqlens_k; dropout, sliding windows, softcap, ALiBi and paged
-    KV are not supported and raise. `deterministic` is accepted for compatibility (flamia's
-    default backward is deterministic). With return_attn_probs, returns (out, lse, None) like
-    flash_attn (lse [Hq, T]). recipe and low_memory: attention's.
+    KV are not supported and raise. flamia's backward is deterministic unless
+    FLAMIA_BWD_DQ=fused (fp8_mixed at head dim 128 on the GPU), which `deterministic=True`
+    then refuses. With return_attn_probs, returns (out, lse, None) like flash_attn (lse
+    [Hq, T]). recipe and low_memory: attention's.
     """
     if dropout_p != 0.0:
         raise FlamiaError(f"flamia: dropout_p must be 0 (got {dropout_p}); flamia has no attention dropout")
@@ -381,6 +382,10 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
         raise FlamiaError("flamia: alibi_slopes is not supported")
     if block_table is not None:
         raise FlamiaError("flamia: block_table (paged KV) is not supported")
+    if (deterministic and os.environ.get("FLAMIA_BWD_DQ") == "fused" and recipe == "fp8_mixed"
+            and q.device.type == "cuda" and q.shape[-1] == 128):
+        raise FlamiaError("flamia: deterministic=True, but FLAMIA_BWD_DQ=fused makes fp8_mixed's dQ at head dim "
+                          "128 non-deterministic; unset FLAMIA_BWD_DQ or pass deterministic=False")
     if cu_seqlens_q is not cu_seqlens_k:
         if tuple(cu_seqlens_q.shape) != tuple(cu_seqlens_k.shape):
             raise FlamiaError("flamia: cu_seqlens_q must equal cu_seqlens_k (self-attention only); "

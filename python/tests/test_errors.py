@@ -101,6 +101,16 @@ def test_varlen_restrictions(pack):
     _raises(lambda: flamia.flash_attn_varlen_func(q, k, v, cu, cu, 100, 100, window_size=(8, 0)), r"window_size")
 
 
+def test_deterministic_refuses_the_fused_dq(pack, monkeypatch):
+    q, k, v, _, cu = pack
+    monkeypatch.setenv("FLAMIA_BWD_DQ", "fused")
+    _raises(lambda: flamia.flash_attn_varlen_func(q, k, v, cu, cu, 100, 100, causal=True, deterministic=True,
+                                                  recipe="fp8_mixed"), r"deterministic=True, but FLAMIA_BWD_DQ=fused")
+    # fp8 never fuses dQ; without deterministic the fused path runs.
+    flamia.flash_attn_varlen_func(q, k, v, cu, cu, 100, 100, causal=True, deterministic=True, recipe="fp8")
+    flamia.flash_attn_varlen_func(q, k, v, cu, cu, 100, 100, causal=True, recipe="fp8_mixed")
+
+
 def test_backward_errors_carry_the_library_message(pack):
     # An error in the backward (here: a float32 dout is not bf16) surfaces as FlamiaError too.
     q, k, v, dout, cu = pack
