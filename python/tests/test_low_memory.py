@@ -14,7 +14,7 @@ import flamia  # noqa: E402
 from flamia import FlamiaError, _lib, ops  # noqa: E402
 from flamia_testutil import make_pack, out_and_grads, require_gpu  # noqa: E402
 
-LENGTHS = [1100, 300, 77]
+LENGTHS = [2200, 300, 77]
 MIB = 1 << 20
 
 
@@ -61,7 +61,7 @@ def test_low_memory_leaves_out_the_stored_ds(recipe):
     assert plain > 0 and fastest >= plain
     slab = fastest - plain
     # fp8_mixed at head dim 128 stores dS by default; fp8 never does.
-    assert (slab > 8 * MIB) if recipe == "fp8_mixed" else (slab == 0), slab
+    assert (slab >= 4 * MIB) if recipe == "fp8_mixed" else (slab == 0), slab
     default_peak = _backward_peak(q, k, v, dout, cu, recipe, False)
     low_peak = _backward_peak(q, k, v, dout, cu, recipe, True)
     # Everything else the backward allocates is the same; the allocator rounds blocks up.
