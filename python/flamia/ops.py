@@ -212,7 +212,7 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
             if os.environ.get("FLAMIA_BWD_DQ") == "hbm":
                 raise FlamiaError("flamia: low_memory=True asks for the backward without the stored dS, "
                                   "but FLAMIA_BWD_DQ=hbm requires it; unset FLAMIA_BWD_DQ or pass low_memory=False")
-            wbytes = lib.backward_workspace_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, _lib.recipe_id(recipe))
+            wbytes = lib.backward_workspace_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, args.recipe)
         else:
             wbytes = lib.backward_workspace_bytes_for(args)
         ws = torch.empty((wbytes,), dtype=torch.uint8, device=dev)
