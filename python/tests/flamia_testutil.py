@@ -32,6 +32,14 @@ def require_gpu():
     return torch
 
 
+def on_device(name: str) -> str:
+    """name ("cpu" or "cuda") for a test parametrized over both; "cuda" first skips (or fails
+    with FLAMIA_REQUIRE_GPU=1) without a usable GPU, as require_gpu()."""
+    if name == "cuda":
+        require_gpu()
+    return name
+
+
 def make_pack(lengths: Sequence[int], hq: int, hkv: int, d: int, seed: int = 0, scale_rows=None,
               device: str = "cuda"):
     """Random normal bf16 q/k/v/dout for a pack, and cu_seqlens (int32), on `device`."""

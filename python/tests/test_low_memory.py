@@ -12,23 +12,17 @@ torch = pytest.importorskip("torch")
 
 import flamia  # noqa: E402
 from flamia import FlamiaError, _lib, ops  # noqa: E402
-from flamia_testutil import make_pack, out_and_grads, require_gpu  # noqa: E402
+from flamia_testutil import make_pack, out_and_grads, on_device  # noqa: E402
 
 LENGTHS = [2200, 300, 77]
 MIB = 1 << 20
-
-
-def _device(name: str) -> str:
-    if name == "cuda":
-        require_gpu()  # skips (or fails with FLAMIA_REQUIRE_GPU=1) without a usable GPU
-    return name
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("recipe", ["fp8", "fp8_mixed"])
 def test_low_memory_gives_the_same_gradients(device, recipe):
     lengths = LENGTHS if device == "cuda" else [70, 33]
-    q, k, v, dout, cu = make_pack(lengths, 4, 2, 128, seed=5, device=_device(device))
+    q, k, v, dout, cu = make_pack(lengths, 4, 2, 128, seed=5, device=on_device(device))
     runs = {}
     for low in (False, True):
         runs[low] = out_and_grads(q, k, v, dout, lambda q, k, v: flamia.attention(
@@ -51,7 +45,7 @@ def _backward_peak(q, k, v, dout, cu, recipe, low_memory) -> int:
 
 @pytest.mark.parametrize("recipe", ["fp8", "fp8_mixed"])
 def test_low_memory_leaves_out_the_stored_ds(recipe):
-    _device("cuda")
+    on_device("cuda")
     hq, hkv, d = 4, 2, 128
     q, k, v, dout, cu = make_pack(LENGTHS, hq, hkv, d, seed=6)
     lib = _lib.get()
@@ -69,7 +63,7 @@ def test_low_memory_leaves_out_the_stored_ds(recipe):
 
 
 def test_low_memory_refused_where_the_stored_ds_is_required(monkeypatch):
-    _device("cuda")
+    on_device("cuda")
     q, k, v, dout, cu = make_pack(LENGTHS, 4, 2, 128, seed=7)
     out, lse, qkv8 = ops.forward(q, k, v, cu, max(LENGTHS), recipe="fp8_mixed")
     monkeypatch.setenv("FLAMIA_BWD_DQ", "hbm")
@@ -79,15 +73,20 @@ def test_low_memory_refused_where_the_stored_ds_is_required(monkeypatch):
     ops.backward(dout, q, k, v, out, lse, qkv8, cu, max(LENGTHS), recipe="fp8_mixed")
 
 
-def test_low_memory_through_torch_compile():
-    _device("cuda")
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_low_memory_through_torch_compile(device):
+    # The custom ops' schemas take low_memory last (bool low_memory=False): fullgraph tracing
+    # gives the eager bits (on the CPU aot_eager: fake implementations and autograd, no code
+    # generation).
     torch._dynamo.reset()
-    q, k, v, dout, cu = make_pack(LENGTHS, 4, 2, 128, seed=8)
+    lengths = LENGTHS if device == "cuda" else [70, 33]
+    q, k, v, dout, cu = make_pack(lengths, 4, 2, 128, seed=8, device=on_device(device))
 
     def f(q, k, v):
-        return flamia.attention(q, k, v, cu, max(LENGTHS), recipe="fp8_mixed", low_memory=True)
+        return flamia.attention(q, k, v, cu, max(lengths), recipe="fp8_mixed", low_memory=True)
 
     want = out_and_grads(q, k, v, dout, f)
-    got = out_and_grads(q, k, v, dout, torch.compile(f, fullgraph=True))
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    got = out_and_grads(q, k, v, dout, torch.compile(f, backend=backend, fullgraph=True))
     for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
         assert torch.equal(a, b), name

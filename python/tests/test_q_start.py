@@ -14,16 +14,10 @@ torch = pytest.importorskip("torch")
 
 import flamia  # noqa: E402
 from flamia import FlamiaError, ops  # noqa: E402
-from flamia_testutil import make_pack, out_and_grads, require_gpu  # noqa: E402
+from flamia_testutil import make_pack, out_and_grads, on_device  # noqa: E402
 
 LENGTHS = [300, 200]
 DEVICES = ["cpu", "cuda"]
-
-
-def _device(name: str) -> str:
-    if name == "cuda":
-        require_gpu()  # skips (or fails with FLAMIA_REQUIRE_GPU=1) without a usable GPU
-    return name
 
 
 def _later_rows(q_start, device) -> torch.Tensor:
@@ -38,7 +32,7 @@ def _later_rows(q_start, device) -> torch.Tensor:
 @pytest.mark.parametrize("recipe", ["fp8", "fp8_mixed"])
 @pytest.mark.parametrize("starts,causal", [((128, 0), True), ((256, 128), True), ((128, 128), False)])
 def test_later_rows_are_bitwise_and_earlier_rows_zero(device, recipe, starts, causal):
-    device = _device(device)
+    device = on_device(device)
     q, k, v, dout, cu = make_pack(LENGTHS, 2, 2, 64, seed=11, device=device)
     qs = torch.tensor(starts, dtype=torch.int32, device=device)
     later = _later_rows(starts, device)
@@ -71,7 +65,7 @@ def test_later_rows_are_bitwise_and_earlier_rows_zero(device, recipe, starts, ca
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_eager_entry_points_zero_fill(device):
-    device = _device(device)
+    device = on_device(device)
     q, k, v, dout, cu = make_pack(LENGTHS, 2, 2, 64, seed=5, device=device)
     qs = torch.tensor([256, 128], dtype=torch.int32, device=device)
     later = _later_rows((256, 128), device)
@@ -90,7 +84,7 @@ def _raises(fn, pattern: str) -> None:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_bad_q_start_is_refused(device, monkeypatch):
-    device = _device(device)
+    device = on_device(device)
     if device == "cuda":
         # Device values are checked on the host in checking mode (on the device otherwise,
         # without a host synchronisation: include/flamia/flamia.h).
