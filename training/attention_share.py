@@ -10,12 +10,14 @@ training step's memory.
 
     python training/attention_share.py --recipe fp8
     python training/attention_share.py --recipe bf16 --head-dim 128 --pack-tokens 65536 --max-doc-len 16384
+    python training/attention_share.py --recipe fp8_mixed --low-memory   # flamia.attention(low_memory=True)
 
 Prints one JSON object (and appends it as a line to --out when given).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -51,7 +53,7 @@ def time_steps(args: argparse.Namespace, device: torch.device, corpus: PackedCor
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     ac = M.autocast_ctx(device)
     real = M.attention
-    M.attention = real if with_attention else no_attention
+    M.attention = (functools.partial(real, low_memory=args.low_memory) if with_attention else no_attention)
     times = []
     try:
         for i in range(args.warmup + args.steps):
@@ -82,6 +84,8 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--head-dim", type=int, default=None)
     ap.add_argument("--pack-tokens", type=int, default=32768)
     ap.add_argument("--max-doc-len", type=int, default=4096)
+    ap.add_argument("--low-memory", action="store_true",
+                    help="flamia's low_memory for every attention call (the flamia recipes)")
     ap.add_argument("--steps", type=int, default=10, help="timed steps per run")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1234)
@@ -90,11 +94,13 @@ def main(argv: Optional[list] = None) -> int:
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     TR.check_recipe(args.recipe, device)
+    if args.low_memory and args.recipe not in M.FLAMIA_KINDS:
+        ap.error(f"--low-memory is flamia's: --recipe {args.recipe} has no such option")
     corpus = PackedCorpus(args.data_dir, "train", args.pack_tokens, args.max_doc_len, args.seed, shuffle=True)
     with_t, with_peak = time_steps(args, device, corpus, True)
     without_t, without_peak = time_steps(args, device, corpus, False)
     with_s, without_s = statistics.median(with_t), statistics.median(without_t)
-    res = {"recipe": args.recipe, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    res = {"recipe": args.recipe, "low_memory": args.low_memory, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "model_size": args.model_size, "head_dim": args.head_dim, "pack_tokens": args.pack_tokens,
            "max_doc_len": args.max_doc_len, "steps": args.steps,
            "step_ms_with_attention": round(1e3 * with_s, 3), "step_ms_without_attention": round(1e3 * without_s, 3),

@@ -205,15 +205,17 @@ def load_flamia() -> Any:
 
 def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int, kind: str,
               causal: bool = True, scale: Optional[float] = None,
-              per_tensor_group: Optional[int] = None, fixed_len: Optional[int] = None) -> Tensor:
-    """Packed varlen attention: q [T,Hq,D], k/v [T,Hkv,D] -> [T,Hq,D] in q's dtype."""
+              per_tensor_group: Optional[int] = None, fixed_len: Optional[int] = None,
+              low_memory: bool = False) -> Tensor:
+    """Packed varlen attention: q [T,Hq,D], k/v [T,Hkv,D] -> [T,Hq,D] in q's dtype.
+    low_memory: flamia's (flamia.attention), for the flamia kinds."""
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     if kind == "bf16":
         return bf16_attention(q, k, v, cu_seqlens, max_seqlen, causal, scale, fixed_len)
     if kind in FLAMIA_KINDS:
         return load_flamia().attention(q, k, v, cu_seqlens, max_seqlen, causal=causal,
-                                       softmax_scale=scale, recipe=kind)
+                                       softmax_scale=scale, recipe=kind, low_memory=low_memory)
     if kind == "per_tensor_fp8":
         q, k, v = (fake_quant_e4m3(t, "tensor", per_tensor_group) for t in (q, k, v))
         return bf16_attention(q, k, v, cu_seqlens, max_seqlen, causal, scale, fixed_len)

@@ -24,13 +24,20 @@ computes out, lse and dq only for the later rows (bitwise the rows of the call w
 q_start) and sums dk, dv over them alone; the Python entry points zero-fill out, lse and dq,
 so the earlier rows read 0. Context parallelism (flamia.distributed) uses it.
 
-low_memory (backward): the backward runs in the workspace every call needs
-(flamia_backward_workspace_bytes) instead of the one that also holds the stored dS
-(flamia_backward_workspace_bytes_for), so fp8_mixed at head dim 128 recomputes dS for dQ
-rather than storing it: bitwise the same gradients, no slab (up to FLAMIA_BWD_DS_MIB, default
-2 GiB; 755 MiB in a model's step at 64k-token packs), a slower backward (README, "Memory").
-Other recipes and head dims never store dS, so there it changes nothing. Per call, so a
-memory-bound layer can take it while the others do not.
+low_memory (recipe fp8_mixed on the GPU; per call, so a memory-bound layer can take it while
+the others do not), bitwise the same outputs and gradients, a slower backward (README,
+"Memory"):
+- the backward runs in the workspace every call needs (flamia_backward_workspace_bytes)
+  instead of the one that also holds the stored dS (flamia_backward_workspace_bytes_for), so
+  at head dim 128 dS is recomputed for dQ rather than stored: no slab (up to
+  FLAMIA_BWD_DS_MIB, default 2 GiB; 755 MiB in a model's step at 64k-token packs);
+- autograd keeps the BF16 q, k, v instead of q, k and qkv8, and the backward quantizes them
+  again (the same codes: each token's scale is its own row's): what is kept from the forward
+  to the backward is then what a BF16 attention keeps, T·D·(Hq + Hkv) bytes less than by
+  default, for one more quantization pass in the backward. The forward's qkv8 then holds only
+  the forward's layouts and is freed with the call.
+Recipe fp8 never stores dS and keeps qkv8 alone (0.60-0.68x the BF16 q, k, v): there and on
+the CPU low_memory changes nothing.
 """
 
 import contextlib
@@ -173,7 +180,9 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
              low_memory: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
     """Backward from the forward's saved (out, lse, qkv8). Returns (dq, dk, dv) in bf16.
     On the GPU v may be None (the kernels read it from qkv8), and with recipe "fp8" q and k too;
-    kv_heads then gives Hkv (the shapes are out's, [T, Hq, D], and [T, kv_heads, D]).
+    kv_heads then gives Hkv (the shapes are out's, [T, Hq, D], and [T, kv_heads, D]). An empty
+    qkv8 on the GPU means "quantize q, k, v again here" (low_memory's fp8_mixed; the same
+    codes the forward's quantizer wrote), and then q, k, v must be given.
     q_start: the forward's (module docstring); dq is then zero-filled first (its rows before
     q_start[b] read 0), and dk, dv sum over the rows at or after q_start[b] only.
     low_memory: no stored dS (module docstring)."""
@@ -215,6 +224,13 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
             wbytes = lib.backward_workspace_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, args.recipe)
         else:
             wbytes = lib.backward_workspace_bytes_for(args)
+        if dev.type == "cuda" and qkv8.numel() == 0:
+            if v is None:
+                raise FlamiaError("flamia: qkv8 is empty, so the backward quantizes q, k, v again, but v is None; "
+                                  "pass the forward's qkv8 or the BF16 q, k, v")
+            nbytes = lib.qkv8_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, args.recipe, True)
+            qkv8 = torch.empty((nbytes,), dtype=torch.uint8, device=dev)
+            lib.quantize_qkv(args, qkv8.data_ptr() if nbytes else 0, nbytes, True)
         ws = torch.empty((wbytes,), dtype=torch.uint8, device=dev)
         lib.backward(args, tensor_view(dout, "dout"), tensor_view(out, "out"), tensor_view(lse, "lse"),
                      qkv8.data_ptr() if qkv8.numel() else 0, qkv8.numel(),
@@ -228,8 +244,10 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
 def _fwd_op(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool,
             softmax_scale: float, recipe: str, for_backward: bool,
             q_start: Optional[Tensor] = None, low_memory: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
-    # low_memory is the backward's (autograd's formula reads it from the forward's inputs).
-    return forward(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward, q_start)
+    # low_memory is the backward's (autograd's formula reads it from the forward's inputs);
+    # where the backward quantizes again, the forward's qkv8 needs no backward layouts.
+    return forward(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe,
+                   for_backward and not _quantizes_again(q, recipe, low_memory), q_start)
 
 
 def _qkv8_fake_size(q: Tensor, k: Tensor, cu_seqlens: Tensor, recipe: str, for_backward: bool):
@@ -249,7 +267,8 @@ def _fwd_fake(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, fo
     T, hq, d = q.shape
     out = q.new_empty((T, hq, d), dtype=torch.bfloat16)
     lse = q.new_empty((hq, T), dtype=torch.float32)
-    qkv8 = q.new_empty((_qkv8_fake_size(q, k, cu_seqlens, recipe, for_backward),), dtype=torch.uint8)
+    keeps = for_backward and not _quantizes_again(q, recipe, low_memory)
+    qkv8 = q.new_empty((_qkv8_fake_size(q, k, cu_seqlens, recipe, keeps),), dtype=torch.uint8)
     return out, lse, qkv8
 
 
@@ -270,10 +289,16 @@ def _bwd_fake(dout, q, k, v, out, lse, qkv8, cu_seqlens, max_seqlen, causal, sof
             out.new_empty((T, kv_heads, d), dtype=torch.bfloat16))
 
 
-def _kept_inputs(q: Tensor, recipe: str) -> int:
+def _quantizes_again(q: Tensor, recipe: str, low_memory: bool) -> bool:
+    """Whether autograd keeps the BF16 q, k, v instead of qkv8 and the backward quantizes them
+    again (low_memory with fp8_mixed on the GPU; module docstring)."""
+    return low_memory and recipe == "fp8_mixed" and q.device.type == "cuda"
+
+
+def _kept_inputs(q: Tensor, recipe: str, low_memory: bool) -> int:
     """How many of q, k, v the backward needs in BF16 (module docstring): all three on the
-    CPU, q and k with fp8_mixed on the GPU, none with fp8."""
-    if q.device.type != "cuda":
+    CPU and where it quantizes them again, q and k with fp8_mixed on the GPU, none with fp8."""
+    if q.device.type != "cuda" or _quantizes_again(q, recipe, low_memory):
         return 3
     return 2 if recipe == "fp8_mixed" else 0
 
@@ -281,9 +306,11 @@ def _kept_inputs(q: Tensor, recipe: str) -> int:
 def _setup_context(ctx, inputs, output) -> None:
     q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, for_backward, q_start, low_memory = inputs
     out, lse, qkv8 = output
-    ctx.kept = _kept_inputs(q, recipe)
+    ctx.kept = _kept_inputs(q, recipe, low_memory)
     ctx.kv_heads = k.shape[1]
-    ctx.save_for_backward(*(q, k, v)[:ctx.kept], out, lse, qkv8, cu_seqlens, q_start)
+    # Not kept where the backward quantizes again: the forward's qkv8 is freed with the call.
+    kept_qkv8 = None if _quantizes_again(q, recipe, low_memory) else qkv8
+    ctx.save_for_backward(*(q, k, v)[:ctx.kept], out, lse, kept_qkv8, cu_seqlens, q_start)
     ctx.max_seqlen = max_seqlen
     ctx.causal = causal
     ctx.softmax_scale = softmax_scale
@@ -308,6 +335,8 @@ def _backward(ctx, dout, dlse, dqkv8):
                           "(grad was disabled when the forward ran)")
     if dout is None:
         dout = torch.zeros_like(out)
+    if qkv8 is None:  # the backward quantizes q, k, v again (_quantizes_again)
+        qkv8 = out.new_empty((0,), dtype=torch.uint8)
     dq, dk, dv = torch.ops.flamia.bwd(dout.contiguous(), q, k, v, out, lse, qkv8, cu_seqlens,
                                       ctx.max_seqlen, ctx.causal, ctx.softmax_scale, ctx.recipe, ctx.kv_heads,
                                       q_start, ctx.low_memory)
@@ -337,9 +366,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: i
     over the later query rows only (as if dout were 0 on the earlier ones). The library
     checks the values (FlamiaError naming q_start).
 
-    low_memory: the backward of this call without the stored dS (fp8_mixed at head dim 128:
-    dS recomputed for dQ; the same gradients bit for bit, less memory, a slower backward;
-    module docstring).
+    low_memory: recipe fp8_mixed's call in less memory, the same outputs and gradients bit
+    for bit, a slower backward: no stored dS (at head dim 128 dS is recomputed for dQ), and
+    autograd keeps the BF16 q, k, v, as a BF16 attention does, instead of q, k and the
+    quantized buffer, which the backward builds again (module docstring).
     """
     _require_one_device(_with_q_start((("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)), q_start))
     _lib.recipe_id(recipe)  # fail early, with the list of recipes

@@ -67,3 +67,25 @@ def test_peak_memory_difference(tmp_path, capsys, monkeypatch):
 def test_stand_in_does_no_attention():
     q = torch.randn(8, 2, 4)
     assert attention_share.no_attention(q, None, None, None, 8, "bf16") is q
+
+
+def test_low_memory_reaches_flamia(tmp_path, capsys, monkeypatch):
+    # --low-memory: every flamia call of the run with attention takes low_memory=True.
+    write_corpus(tmp_path)
+    calls = []
+
+    class StandIn:
+        @staticmethod
+        def attention(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, low_memory=False):
+            calls.append((recipe, low_memory))
+            return q
+
+    monkeypatch.setattr(M, "load_flamia", lambda: StandIn)
+    monkeypatch.setattr(attention_share.TR, "check_recipe", lambda recipe, device: None)
+    assert attention_share.main(["--recipe", "fp8_mixed", "--low-memory", "--data-dir", str(tmp_path),
+                                 "--model-size", "tiny", "--pack-tokens", "1024", "--max-doc-len", "512",
+                                 "--steps", "1", "--warmup", "0", "--device", "cpu"]) == 0
+    assert calls and set(calls) == {("fp8_mixed", True)}
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["low_memory"] is True
+    with pytest.raises(SystemExit):
+        attention_share.main(["--recipe", "bf16", "--low-memory", "--data-dir", str(tmp_path), "--device", "cpu"])
