@@ -32,12 +32,13 @@ class PerDocumentSDPA:
         self.calls = []
 
     def __call__(self, q, k, v, cu_seqlens, max_seqlen, causal=True, softmax_scale=None, recipe="fp8",
-                 return_lse=False):
+                 return_lse=False, low_memory=False):
         assert q.dtype == k.dtype == v.dtype == torch.bfloat16
         assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
         assert cu_seqlens.dtype == torch.int32 and cu_seqlens.dim() == 1
         self.calls.append(dict(cu_seqlens=cu_seqlens.clone(), max_seqlen=max_seqlen, causal=causal,
-                               softmax_scale=softmax_scale, recipe=recipe, T=q.shape[0]))
+                               softmax_scale=softmax_scale, recipe=recipe, low_memory=low_memory,
+                               T=q.shape[0]))
         bounds = cu_seqlens.tolist()
         assert bounds[0] == 0 and bounds[-1] == q.shape[0] and max_seqlen >= max(
             b - a for a, b in zip(bounds, bounds[1:]))
@@ -193,11 +194,13 @@ def test_rows_without_mask_or_positions_are_documents(reference):
 
 def test_recipe_names_and_dtype_round_trip(reference):
     q, k, v = qkv(1, 16, dtype=torch.float32)
-    for name, recipe in flamia_hf.IMPLEMENTATIONS.items():
-        out, _ = flamia_hf._attention_for(recipe)(Attn(), q, k, v, None, dropout=0.0, scaling=None)
+    for name, impl in flamia_hf.IMPLEMENTATIONS.items():
+        out, _ = flamia_hf._attention_for(impl)(Attn(), q, k, v, None, dropout=0.0, scaling=None)
         assert out.dtype == torch.float32  # computed in BF16, returned in the caller's dtype
-        assert reference.calls[-1]["recipe"] == recipe
-    assert set(flamia_hf.IMPLEMENTATIONS) == {"flamia_fp8", "flamia_fp8_mixed"}
+        assert (reference.calls[-1]["recipe"], reference.calls[-1]["low_memory"]) == impl, name
+    assert {name: tuple(impl) for name, impl in flamia_hf.IMPLEMENTATIONS.items()} == {
+        "flamia_fp8": ("fp8", False), "flamia_fp8_mixed": ("fp8_mixed", False),
+        "flamia_fp8_mixed_low_memory": ("fp8_mixed", True)}
 
 
 def test_is_causal_false(reference):
@@ -409,7 +412,7 @@ def test_registered_names_reach_the_model(hf):
     from transformers.masking_utils import AttentionMaskInterface
 
     names = flamia_hf.register()
-    assert names == ("flamia_fp8", "flamia_fp8_mixed")
+    assert names == ("flamia_fp8", "flamia_fp8_mixed", "flamia_fp8_mixed_low_memory")
     for name in names:
         assert name in AttentionInterface._global_mapping
         assert AttentionMaskInterface._global_mapping[name] is flamia_hf.padding_mask

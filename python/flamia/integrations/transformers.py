@@ -7,8 +7,10 @@
 
 (`dtype` is `torch_dtype` in older transformers releases.)
 
-`register()` adds two implementations to transformers' `AttentionInterface`: "flamia_fp8"
-(recipe "fp8") and "flamia_fp8_mixed" (recipe "fp8_mixed"), and for each a mask function to
+`register()` adds three implementations to transformers' `AttentionInterface`: "flamia_fp8"
+(recipe "fp8"), "flamia_fp8_mixed" (recipe "fp8_mixed") and "flamia_fp8_mixed_low_memory"
+(fp8_mixed with `low_memory=True`: the same outputs and gradients, what a BF16 attention keeps
+between forward and backward, a slower backward; flamia.ops), and for each a mask function to
 `AttentionMaskInterface` (without one, transformers hands a custom implementation no mask at
 all, and a padded batch would attend to its padding). Requires transformers >= 4.53 (the first release with
 `transformers.masking_utils.AttentionMaskInterface`) and a model whose attention layers call
@@ -71,9 +73,15 @@ __all__ = [
     "padded_layout",
 ]
 
-# attn_implementation name -> flamia recipe. No name contains "flash": transformers treats those
-# as FlashAttention variants and would try to load a FlashAttention kernel for them.
-IMPLEMENTATIONS = {"flamia_fp8": "fp8", "flamia_fp8_mixed": "fp8_mixed"}
+class Implementation(NamedTuple):
+    recipe: str
+    low_memory: bool = False
+
+
+# attn_implementation name -> what flamia runs. No name contains "flash": transformers treats
+# those as FlashAttention variants and would try to load a FlashAttention kernel for them.
+IMPLEMENTATIONS = {"flamia_fp8": Implementation("fp8"), "flamia_fp8_mixed": Implementation("fp8_mixed"),
+                   "flamia_fp8_mixed_low_memory": Implementation("fp8_mixed", low_memory=True)}
 MIN_TRANSFORMERS_VERSION = (4, 53)
 
 
@@ -105,26 +113,29 @@ def _transformers():
 
 
 def register() -> Tuple[str, ...]:
-    """Add "flamia_fp8" and "flamia_fp8_mixed" to transformers' AttentionInterface (and their
-    padding-mask function to AttentionMaskInterface). Safe to call more than once. Returns the
-    names, for `attn_implementation=` or `model.set_attn_implementation(...)`."""
+    """Add IMPLEMENTATIONS ("flamia_fp8", "flamia_fp8_mixed", "flamia_fp8_mixed_low_memory") to
+    transformers' AttentionInterface (and their padding-mask function to AttentionMaskInterface).
+    Safe to call more than once. Returns the names, for `attn_implementation=` or
+    `model.set_attn_implementation(...)`."""
     _transformers()
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    for name, recipe in IMPLEMENTATIONS.items():
-        AttentionInterface.register(name, _attention_for(recipe))
+    for name, impl in IMPLEMENTATIONS.items():
+        AttentionInterface.register(name, _attention_for(impl))
         AttentionMaskInterface.register(name, padding_mask)
     return tuple(IMPLEMENTATIONS)
 
 
-def _attention_for(recipe: str):
+def _attention_for(impl: Implementation):
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
         return attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                 scaling=scaling, recipe=recipe, **kwargs)
+                                 scaling=scaling, recipe=impl.recipe, low_memory=impl.low_memory, **kwargs)
 
-    attention.__name__ = attention.__qualname__ = f"flamia_{recipe}_attention"
-    attention.__doc__ = f"transformers attention function running flamia's {recipe!r} recipe."
+    what = f"flamia's {impl.recipe!r} recipe" + (" with low_memory" if impl.low_memory else "")
+    attention.__name__ = attention.__qualname__ = (f"flamia_{impl.recipe}{'_low_memory' if impl.low_memory else ''}"
+                                                   "_attention")
+    attention.__doc__ = f"transformers attention function running {what}."
     return attention
 
 
@@ -269,9 +280,10 @@ def _cu_seqlens(kwargs, batch: int, seqlen: int, device) -> Tensor:
 def attention_forward(module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Optional[Tensor],
                       dropout: float = 0.0, scaling: Optional[float] = None,
                       sliding_window: Optional[int] = None, is_causal: Optional[bool] = None,
-                      recipe: str = "fp8", **kwargs) -> Tuple[Tensor, None]:
+                      recipe: str = "fp8", low_memory: bool = False, **kwargs) -> Tuple[Tensor, None]:
     """transformers attention function: query [B, Hq, S, D], key/value [B, Hkv, S, D] ->
-    (attn_output [B, S, Hq, D], None). See the module docstring for what it accepts."""
+    (attn_output [B, S, Hq, D], None). See the module docstring for what it accepts; recipe
+    and low_memory are flamia.attention's."""
     _refuse_unsupported(query, key, value, attention_mask, dropout, sliding_window, kwargs)
     batch, hq, seqlen, head_dim = query.shape
     if is_causal is None:
@@ -284,11 +296,11 @@ def attention_forward(module, query: Tensor, key: Tensor, value: Tensor, attenti
         layout = padded_layout(attention_mask.to(query.device))
         q, k, v = (x.index_select(0, layout.packed_from_padded) for x in (q, k, v))
         out = ops.attention(q, k, v, layout.cu_seqlens, max_seqlen, causal=bool(is_causal),
-                            softmax_scale=scaling, recipe=recipe)
+                            softmax_scale=scaling, recipe=recipe, low_memory=low_memory)
         out = out.index_select(0, layout.padded_from_packed)
     else:
         cu = _cu_seqlens(kwargs, batch, seqlen, query.device)
         out = ops.attention(q, k, v, cu, max_seqlen, causal=bool(is_causal), softmax_scale=scaling,
-                            recipe=recipe)
+                            recipe=recipe, low_memory=low_memory)
     out = out.view(batch, seqlen, hq, head_dim)
     return (out if out.dtype == query.dtype else out.to(query.dtype)), None
