@@ -132,10 +132,10 @@ def _attention_for(impl: Implementation):
         return attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                  scaling=scaling, recipe=impl.recipe, low_memory=impl.low_memory, **kwargs)
 
-    what = f"flamia's {impl.recipe!r} recipe" + (" with low_memory" if impl.low_memory else "")
-    attention.__name__ = attention.__qualname__ = (f"flamia_{impl.recipe}{'_low_memory' if impl.low_memory else ''}"
-                                                   "_attention")
-    attention.__doc__ = f"transformers attention function running {what}."
+    suffix = "_low_memory" if impl.low_memory else ""
+    attention.__name__ = attention.__qualname__ = f"flamia_{impl.recipe}{suffix}_attention"
+    attention.__doc__ = (f"transformers attention function running flamia's {impl.recipe!r} recipe"
+                         f"{' with low_memory' if impl.low_memory else ''}.")
     return attention
 
 
