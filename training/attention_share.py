@@ -53,7 +53,7 @@ def time_steps(args: argparse.Namespace, device: torch.device, corpus: PackedCor
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     ac = M.autocast_ctx(device)
     real = M.attention
-    M.attention = (functools.partial(real, low_memory=args.low_memory) if with_attention else no_attention)
+    M.attention = functools.partial(real, low_memory=args.low_memory) if with_attention else no_attention
     times = []
     try:
         for i in range(args.warmup + args.steps):
@@ -100,7 +100,8 @@ def main(argv: Optional[list] = None) -> int:
     with_t, with_peak = time_steps(args, device, corpus, True)
     without_t, without_peak = time_steps(args, device, corpus, False)
     with_s, without_s = statistics.median(with_t), statistics.median(without_t)
-    res = {"recipe": args.recipe, "low_memory": args.low_memory, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    res = {"recipe": args.recipe, "low_memory": args.low_memory,
+           "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "model_size": args.model_size, "head_dim": args.head_dim, "pack_tokens": args.pack_tokens,
            "max_doc_len": args.max_doc_len, "steps": args.steps,
            "step_ms_with_attention": round(1e3 * with_s, 3), "step_ms_without_attention": round(1e3 * without_s, 3),

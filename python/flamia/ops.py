@@ -244,10 +244,9 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
 def _fwd_op(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int, causal: bool,
             softmax_scale: float, recipe: str, for_backward: bool,
             q_start: Optional[Tensor] = None, low_memory: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
-    # low_memory is the backward's (autograd's formula reads it from the forward's inputs);
-    # where the backward quantizes again, the forward's qkv8 needs no backward layouts.
+    # low_memory is the backward's (autograd's formula reads it from the forward's inputs).
     return forward(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe,
-                   for_backward and not _quantizes_again(q, recipe, low_memory), q_start)
+                   _qkv8_for_backward(q, recipe, for_backward, low_memory), q_start)
 
 
 def _qkv8_fake_size(q: Tensor, k: Tensor, cu_seqlens: Tensor, recipe: str, for_backward: bool):
@@ -267,8 +266,9 @@ def _fwd_fake(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, fo
     T, hq, d = q.shape
     out = q.new_empty((T, hq, d), dtype=torch.bfloat16)
     lse = q.new_empty((hq, T), dtype=torch.float32)
-    keeps = for_backward and not _quantizes_again(q, recipe, low_memory)
-    qkv8 = q.new_empty((_qkv8_fake_size(q, k, cu_seqlens, recipe, keeps),), dtype=torch.uint8)
+    qkv8 = q.new_empty((_qkv8_fake_size(q, k, cu_seqlens, recipe,
+                                        _qkv8_for_backward(q, recipe, for_backward, low_memory)),),
+                       dtype=torch.uint8)
     return out, lse, qkv8
 
 
@@ -293,6 +293,12 @@ def _quantizes_again(q: Tensor, recipe: str, low_memory: bool) -> bool:
     """Whether autograd keeps the BF16 q, k, v instead of qkv8 and the backward quantizes them
     again (low_memory with fp8_mixed on the GPU; module docstring)."""
     return low_memory and recipe == "fp8_mixed" and q.device.type == "cuda"
+
+
+def _qkv8_for_backward(q: Tensor, recipe: str, for_backward: bool, low_memory: bool) -> bool:
+    """Whether the forward op's qkv8 also holds the backward's layouts (flamia_qkv8_bytes'
+    for_backward): not where the backward quantizes again. The op and its fake size it alike."""
+    return for_backward and not _quantizes_again(q, recipe, low_memory)
 
 
 def _kept_inputs(q: Tensor, recipe: str, low_memory: bool) -> int:
