@@ -29,6 +29,8 @@
 #include "quantize/quantize.cuh"
 
 #include "common/convert.cuh"
+#include "common/grid_dependency.cuh"
+#include "common/overlap.h"
 #include "flamia/formats.h"
 #include "quantize/guard.cuh"
 #include "quantize/work_list.cuh"
@@ -211,6 +213,9 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   constexpr int kRowsPerPass = 32 / kLanesPerRow;
   constexpr int kPasses = kTokenGroup / kRowsPerPass;
   __shared__ __align__(16) StageTile<D> tile;  // the block's rows for the transposed copy
+  // Launched in plain stream order: the kernel after it may start in its last wave
+  // (common/grid_dependency.cuh; it waits for this one before reading anything).
+  grid::allow_dependents();
 
   int block = int(blockIdx.x);
   if (block == 0) {
@@ -319,6 +324,7 @@ __global__ void __launch_bounds__(kThreads) transpose_codes_kernel(const __grid_
   constexpr int kRowsPerPass = 32 / kLanesPerRow;
   constexpr int kPasses = kTokenGroup / kRowsPerPass;
   __shared__ __align__(16) StageTile<D> tile;
+  grid::allow_dependents();  // as quantize_kernel's
   const int block = int(blockIdx.x);
   int head = block % batch.heads;
   const int64_t block_pos = int64_t(block / batch.heads) * kBlockPositions;
@@ -393,6 +399,7 @@ void guard_work_lists(guard::GuardArgs& g, uint8_t* qkv8, const Qkv8Layout& layo
 // The forward on a filled qkv8: validate cu_seqlens and compare the fingerprint before the
 // forward kernels trust the stored work list.
 __global__ void __launch_bounds__(kThreads) check_qkv8_kernel(const __grid_constant__ guard::GuardArgs g) {
+  grid::allow_dependents();  // as quantize_kernel's
   guard::guard_block<kThreads>(g);
 }
 
@@ -408,7 +415,9 @@ struct PoisonArgs {
   PoisonRegion r[3];
 };
 
+// It may start beside the call's last kernel (launch_poison), which writes the status.
 __global__ void __launch_bounds__(256) poison_kernel(const __grid_constant__ PoisonArgs a) {
+  grid::wait_for_prior_grids();
   if (a.status->fault == guard::kNone) return;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
 #pragma unroll
@@ -423,8 +432,7 @@ cudaError_t launch_poison(const PoisonArgs& a, cudaStream_t stream) {
   // Enough blocks to fill quickly when needed, few enough to cost ~nothing when not.
   const int64_t blocks = (most + 255) / 256 < 264 ? (most + 255) / 256 : 264;
   if (blocks == 0) return cudaSuccess;
-  poison_kernel<<<unsigned(blocks), 256, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(poison_kernel, unsigned(blocks), 256, 0, stream, true, a);
 }
 
 constexpr uint32_t kBf16NanPair = 0x7fc07fc0u;

@@ -63,10 +63,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/grid_dependency.cuh"
+#include "common/overlap.h"
 #include "common/tiles.h"
 #include "common/work_order.h"
 #include "quantize/quantize.cuh"
-#include "sm90/arch/grid_dependency.cuh"
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/arch/warpgroup.cuh"
@@ -78,7 +79,6 @@
 #include "sm90/collective/bwd_products.cuh"
 #include "sm90/collective/bwd_stored_ds.cuh"
 #include "sm90/kit/bwd_ring.cuh"
-#include "sm90/launch/overlap.h"
 #include "sm90/launch/tensor_map.h"
 #include "sm90/masks.cuh"
 #include "sm90/per_device.h"
@@ -101,8 +101,10 @@ using fmt::kLog2e;
 // pairs (one block; the documents' lengths clamped as doc_tile clamps them).
 __global__ void __launch_bounds__(1024) ds_doc_bases(const int32_t* __restrict__ cu_seqlens, int num_docs,
                                                      int64_t total_tokens, bool causal, int64_t* __restrict__ base) {
-  // The first slab's dK/dV pass may set up beside this one-block kernel (it reads the bases
-  // only after its wait).
+  // It may start in the dO quantizer's last wave and waits for it at once: the first slab's
+  // dK/dV pass, which may set up beside this one-block kernel, reads the dO tiles before its
+  // wait (the bases only after it), so it must not start before the quantizer completed.
+  grid::wait_for_prior_grids();
   grid::allow_dependents();
   __shared__ int64_t warp_sums[32];
   __shared__ int64_t carry;
@@ -154,6 +156,10 @@ __global__ void __launch_bounds__((DkdvSmem<D, kMixed, kFused, kStoreDs>::kCtaTh
   static_assert(!(kStoreDs && kFused), "the stored dS and the fused dQ are alternatives");
   using S = DkdvSmem<D, kMixed, kFused, kStoreDs>;
   constexpr int kW = S::kWarpgroups;  // 64 keys each
+  // Without the stored dS the pass may start beside the dO quantizer (or fp8's code
+  // transposes), which write the status word, the tiles and the values it reads: it waits
+  // before its first global read. The stored dS's launches wait later (below).
+  if constexpr (!kStoreDs) grid::wait_for_prior_grids();
   const WorkList& list = dkdv_list(a, kW);  // key tiles of 128 or 192 tokens
   extern __shared__ uint8_t smem_raw[];
   // One CTA per (work-list slot, kv head), in blocks of kv heads (order::backward_cta); the
@@ -256,7 +262,7 @@ __global__ void __launch_bounds__((DkdvSmem<D, kMixed, kFused, kStoreDs>::kCtaTh
   ptx::cp_async_commit();
   // Up to here the CTA has read only what the kernel launched before it (the previous slab's
   // dQ GEMM, ds_doc_bases) does not write: its rows, the first step's tiles. The stored dS it
-  // writes from here on, that GEMM may still be reading (arch/grid_dependency.cuh).
+  // writes from here on, that GEMM may still be reading (common/grid_dependency.cuh).
   grid::wait_for_prior_grids();
   grid::allow_dependents();
   own_rows_ready();
@@ -521,7 +527,7 @@ __global__ void __launch_bounds__(kDqThreads, kDqCtasPerSm<D>) dq_kernel(const _
                 dq_scale, kEpilogueBarrier + wg);
   rows_out_drain();
   // It read nothing the dK/dV pass before it writes, so its whole run may overlap that pass's
-  // last wave; it completes only after that pass (arch/grid_dependency.cuh).
+  // last wave; it completes only after that pass (common/grid_dependency.cuh).
   grid::wait_for_prior_grids();
 }
 
@@ -682,10 +688,11 @@ cudaError_t launch_backward(const BwdArgs& a, cudaStream_t stream) {
   if (attr == cudaSuccess) attr = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_kernel<D, kMixed>), kDqSmem);
   if (attr != cudaSuccess) return attr;
   // One CTA per (work-list slot, head), in blocks of kv heads (order::backward_cta); the
-  // dK/dV pass's slots are those of its key tiles' list (DkdvSmem::kWarpgroups).
-  dkdv_kernel<D, kMixed, false>
-      <<<unsigned(int64_t(dkdv_list(a, SK::kWarpgroups).capacity) * a.hkv), SK::kCtaThreads, kDkdvSmem, stream>>>(a);
-  cudaError_t err = cudaGetLastError();
+  // dK/dV pass's slots are those of its key tiles' list (DkdvSmem::kWarpgroups). It may start
+  // in the dO quantizer's last wave (it waits before reading anything).
+  const cudaError_t err = launch_kernel(dkdv_kernel<D, kMixed, false>,
+                                        unsigned(int64_t(dkdv_list(a, SK::kWarpgroups).capacity) * a.hkv),
+                                        SK::kCtaThreads, kDkdvSmem, stream, true, a);
   if (err != cudaSuccess) return err;
   // The dQ pass writes nothing the dK/dV pass reads or writes, nor reads what it writes: it
   // may fill that pass's last wave.
@@ -721,8 +728,9 @@ cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t
   cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false, true>), kDkdvSmem);
   if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_stored_kernel<D, kMixed>), kDqSmem);
   if (err != cudaSuccess) return err;
-  ds_doc_bases<<<1, 1024, 0, stream>>>(a.cu_seqlens, num_docs, a.total_tokens, a.causal, doc_base);
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  if ((err = launch_kernel(ds_doc_bases, 1, 1024, 0, stream, true, a.cu_seqlens, num_docs, a.total_tokens, a.causal,
+                           doc_base)) != cudaSuccess)
+    return err;
   a.ds_doc_base = doc_base;
   const int group = a.hq / a.hkv;
   const order::Slabs slabs = order::stored_ds_slabs(a.hkv, slab);

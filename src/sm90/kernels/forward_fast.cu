@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/grid_dependency.cuh"
+#include "common/overlap.h"
 #include "quantize/layout.cuh"
 #include "quantize/quantize.cuh"
 #include "sm90/arch/warpgroup.cuh"
@@ -47,6 +49,11 @@ __device__ __forceinline__ void forward_fast_body(const Params& p, Trace phases)
     mbar::fence_init();
   }
   __syncthreads();
+  // The CTA may have started in the last wave of the quantizer (or the check of a filled
+  // qkv8) before it, which writes everything it reads: qkv8 and the work list. Whatever
+  // follows (the poisoning of a faulted call) reads only what the kernel's completion leaves.
+  grid::wait_for_prior_grids();
+  grid::allow_dependents();
 
   const int role = warpgroup::index();
   if (role == 0) {
@@ -125,8 +132,7 @@ cudaError_t launch(const Params& prm, int64_t capacity, cudaStream_t stream) {
   const int64_t work = capacity * prm.hq;  // an upper bound: the real count is on the device
   const unsigned grid = unsigned(work < sms ? work : sms);
   if (const char* trace_path = forward_trace_path()) return launch_traced<D>(prm, grid, device, stream, trace_path);
-  kernel<<<grid, P::kThreads, P::kAlloc, stream>>>(prm);
-  return cudaGetLastError();
+  return launch_kernel(kernel, grid, P::kThreads, P::kAlloc, stream, true, prm);
 }
 
 }  // namespace

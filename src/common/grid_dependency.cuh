@@ -1,9 +1,9 @@
 // Programmatic dependent launch (sm_90): a kernel launched with programmatic stream
-// serialization (launch/overlap.h) may start while the kernel before it in the stream still
+// serialization (common/overlap.h) may start while the kernel before it in the stream still
 // runs, once every CTA of that one has allowed it (allow_dependents) or exited. PTX ISA
-// "griddepcontrol". The backward's passes use it so that a launch's CTAs take the SMs its
-// predecessor's last wave leaves idle, and run their prologue (barriers, the rows that do not
-// depend on the predecessor) there.
+// "griddepcontrol". The quantizer's and the attention kernels' launches use it so that a
+// launch's CTAs take the SMs its predecessor's last wave leaves idle, and run their prologue
+// (barriers, the rows that do not depend on the predecessor) there.
 //
 // The rules every kernel that can be launched so keeps:
 //  - before wait_for_prior_grids(), no global access that conflicts with the kernel launched
@@ -19,7 +19,6 @@
 #pragma once
 
 namespace flamia {
-namespace sm90 {
 namespace grid {
 
 // Blocks until every grid this one depends on has completed and its memory operations are
@@ -30,5 +29,4 @@ __device__ __forceinline__ void wait_for_prior_grids() { asm volatile("griddepco
 __device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 }  // namespace grid
-}  // namespace sm90
 }  // namespace flamia

@@ -1,5 +1,5 @@
 // Kernel launches that may overlap the kernel before them in the stream (programmatic
-// dependent launch; the kernels' side and its rules: arch/grid_dependency.cuh).
+// dependent launch; the kernels' side and its rules: common/grid_dependency.cuh).
 // FLAMIA_PDL=0 launches them in plain stream order instead (the same kernels: their waits are
 // then no-ops), read at every call like the other switches, so that one build can time both.
 #pragma once
@@ -11,7 +11,6 @@
 #include <cuda_runtime.h>
 
 namespace flamia {
-namespace sm90 {
 
 inline bool overlapped_launches_enabled() {
   const char* v = std::getenv("FLAMIA_PDL");
@@ -41,5 +40,4 @@ cudaError_t launch_kernel(void (*kernel)(Params...), unsigned grid, unsigned blo
   return err;
 }
 
-}  // namespace sm90
 }  // namespace flamia
