@@ -391,13 +391,13 @@ class _GatheredAttention(torch.autograd.Function):
     same way, so each rank's gradients of its own rows sum over every query of the document."""
 
     @staticmethod
-    def forward(ctx, q, k, v, lay, causal, softmax_scale, recipe, group):
+    def forward(ctx, q, k, v, lay, causal, softmax_scale, recipe, group, low_memory):
         import flamia
 
         with torch.enable_grad():
             leaves = tuple(_local_pack(x, lay, group).detach().requires_grad_(x.requires_grad) for x in (q, k, v))
             out = flamia.attention(*leaves, lay.cu_seqlens.to(q.device), lay.max_seqlen, causal=causal,
-                                   softmax_scale=softmax_scale, recipe=recipe)
+                                   softmax_scale=softmax_scale, recipe=recipe, low_memory=low_memory)
         ctx.lay, ctx.group, ctx.leaves, ctx.out = lay, group, leaves, out
         return out.detach().index_select(0, lay.own_idx.to(q.device))
 
@@ -409,7 +409,7 @@ class _GatheredAttention(torch.autograd.Function):
         want = [x for x in ctx.leaves if x.requires_grad]
         got = iter(torch.autograd.grad(ctx.out, want, full))
         grads = [next(got).index_select(0, lay.own_idx.to(dev)) if x.requires_grad else None for x in ctx.leaves]
-        return (*grads, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None)
 
 
 @dataclass(frozen=True)
@@ -557,7 +557,7 @@ class _DividedAttention(torch.autograd.Function):
     BF16 partial) goes to the rank holding those keys, which adds the partials in FP32."""
 
     @staticmethod
-    def forward(ctx, q, k, v, lay, softmax_scale, recipe, group):
+    def forward(ctx, q, k, v, lay, softmax_scale, recipe, group, low_memory):
         import flamia
 
         dev = q.device
@@ -568,7 +568,8 @@ class _DividedAttention(torch.autograd.Function):
                            for pool, idx, x in zip(pools, (lay.q_idx, lay.kv_idx, lay.kv_idx), (q, k, v)))
             if leaves[0].shape[0]:
                 out = flamia.attention(*leaves, lay.cu_seqlens.to(dev), lay.max_seqlen, causal=True,
-                                       softmax_scale=softmax_scale, recipe=recipe, q_start=lay.q_start.to(dev))
+                                       softmax_scale=softmax_scale, recipe=recipe, q_start=lay.q_start.to(dev),
+                                       low_memory=low_memory)
             else:  # nothing on this rank: it still takes part in the collectives
                 out = leaves[0] * 0 + (leaves[1].sum() + leaves[2].sum()).to(q.dtype) * 0
         ctx.lay, ctx.group, ctx.leaves, ctx.out = lay, group, leaves, out
@@ -594,7 +595,7 @@ class _DividedAttention(torch.autograd.Function):
                 continue
             dx = g.index_select(0, own)  # whole documents' rows, as computed
             grads.append(dx.index_copy_(0, cut_own, next(sums).to(dx.dtype)))
-        return (*grads, None, None, None, None)
+        return (*grads, None, None, None, None, None)
 
 
 def _divide_refusal(plan: ShardPlan, cut: Sequence[int], causal: bool) -> Optional[str]:
@@ -619,7 +620,7 @@ def default_exchange(plan: ShardPlan, causal: bool = True) -> str:
 
 def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causal: bool = True,
               softmax_scale: Optional[float] = None, recipe: str = "fp8", group=None,
-              exchange: Optional[str] = None) -> Tensor:
+              exchange: Optional[str] = None, low_memory: bool = False) -> Tensor:
     """This rank's rows of flamia.attention over the sharded pack.
 
     q [T_r, Hq, D] and k, v [T_r, Hkv, D] are shard(x, plan, rank) of the global tensors;
@@ -656,7 +657,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causa
     exchange="gather" (the default otherwise): each cut document is gathered whole (q, k, v
     in BF16, and dO in the backward, through all_gather) onto every rank holding a chunk of
     it, which computes all of it and keeps its own rows: every output and gradient bitwise
-    that of single-pack flamia.attention, but the cut document's work is not divided."""
+    that of single-pack flamia.attention, but the cut document's work is not divided.
+
+    low_memory: passed to every flamia.attention call this makes (its docstring): recipe
+    fp8_mixed in a BF16 attention's memory, the same results bit for bit. The exchanges keep
+    their gathered local packs for the backward either way."""
     _check_plan(plan)
     _check_rank(rank, plan)
     if exchange not in (None, "divide", "gather"):
@@ -688,9 +693,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causa
                               f"this is rank {dist.get_rank(group)}; the plan is for world_size {plan.world_size} "
                               f"and the call says rank {rank}")
         if exchange == "divide":
-            return _DividedAttention.apply(q, k, v, _divide_layout(plan, rank, cut), softmax_scale, recipe, group)
+            return _DividedAttention.apply(q, k, v, _divide_layout(plan, rank, cut), softmax_scale, recipe, group,
+                                           bool(low_memory))
         return _GatheredAttention.apply(q, k, v, _gather_layout(plan, rank, cut), causal, softmax_scale, recipe,
-                                        group)
+                                        group, bool(low_memory))
     if rs.num_tokens == 0:
         # A rank without tokens: an empty output that still belongs to the graph, so that the
         # same backward call runs on every rank (its gradients are empty too).
@@ -698,4 +704,4 @@ def attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, rank: int, causa
     import flamia
 
     return flamia.attention(q, k, v, rs.cu_seqlens.to(q.device), rs.max_seqlen, causal=causal,
-                            softmax_scale=softmax_scale, recipe=recipe)
+                            softmax_scale=softmax_scale, recipe=recipe, low_memory=low_memory)
