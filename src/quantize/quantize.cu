@@ -298,11 +298,6 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   if (t.trans == nullptr) return;  // uniform over the block
   __syncthreads();
   write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad);
-  // It may run in the dO quantizer's last wave (transpose_qk_codes): it reads q8, k8 and
-  // cu_seqlens and writes Qᵀ, Kᵀ, none of which that kernel touches. Its successor (the dK/dV
-  // pass) may start once both have completed.
-  grid::wait_for_prior_grids();
-  grid::allow_dependents();
 }
 
 // Recipe fp8's backward: Qᵀ and Kᵀ, transposed from qkv8's natural q8 and k8 into the
@@ -329,6 +324,7 @@ __global__ void __launch_bounds__(kThreads) transpose_codes_kernel(const __grid_
   constexpr int kRowsPerPass = 32 / kLanesPerRow;
   constexpr int kPasses = kTokenGroup / kRowsPerPass;
   __shared__ __align__(16) StageTile<D> tile;
+  grid::allow_dependents();  // as quantize_kernel's
   const int block = int(blockIdx.x);
   int head = block % batch.heads;
   const int64_t block_pos = int64_t(block / batch.heads) * kBlockPositions;
@@ -351,11 +347,6 @@ __global__ void __launch_bounds__(kThreads) transpose_codes_kernel(const __grid_
     *reinterpret_cast<uint2*>(tile.at(warp, it * kRowsPerPass + lane / kLanesPerRow, 2 * chunk)) = x[it];
   __syncthreads();
   write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad);
-  // It may run in the dO quantizer's last wave (transpose_qk_codes): it reads q8, k8 and
-  // cu_seqlens and writes Qᵀ, Kᵀ, none of which that kernel touches. Its successor (the dK/dV
-  // pass) may start once both have completed.
-  grid::wait_for_prior_grids();
-  grid::allow_dependents();
 }
 
 template <bool kDot>
@@ -495,9 +486,10 @@ cudaError_t transpose_qk_codes(const DeviceCall& p, const uint8_t* qkv8, const Q
   b.tpad = layout.tpad;
   const int64_t blocks = (b.tpad + kBlockPositions - 1) / kBlockPositions * b.heads;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorInvalidValue;
-  return launch_kernel(p.head_dim == 64 ? transpose_codes_kernel<64> : transpose_codes_kernel<128>, unsigned(blocks),
-                       kThreads, 0, p.stream, true, b);
+  if (p.head_dim == 64) transpose_codes_kernel<64><<<unsigned(blocks), kThreads, 0, p.stream>>>(b);
+  else if (p.head_dim == 128) transpose_codes_kernel<128><<<unsigned(blocks), kThreads, 0, p.stream>>>(b);
+  else return cudaErrorInvalidValue;
+  return cudaGetLastError();
 }
 
 cudaError_t check_qkv8(const DeviceCall& p, void* qkv8) {
