@@ -1,7 +1,7 @@
 """Train a small Hugging Face Llama (random init) on packed documents with flamia attention.
 
     pip install --no-build-isolation . && pip install 'transformers>=4.53'
-    python examples/hf_train_packed.py [--steps 60] [--recipe fp8|fp8_mixed]
+    python examples/hf_train_packed.py [--steps 60] [--recipe fp8|fp8_mixed] [--low-memory]
 
 DataCollatorWithFlattening packs each batch of documents into one row without padding;
 `return_flash_attn_kwargs=True` adds cu_seq_lens_q/k for them, which flamia uses as its
@@ -54,12 +54,17 @@ def main():
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--docs-per-batch", type=int, default=16)
     parser.add_argument("--recipe", choices=sorted(flamia.RECIPES), default="fp8")
+    parser.add_argument("--low-memory", action="store_true",
+                        help="fp8_mixed in a BF16 attention's memory (attn_implementation "
+                             "'flamia_fp8_mixed_low_memory'; the same gradients, bit for bit)")
     args = parser.parse_args()
+    if args.low_memory and args.recipe != "fp8_mixed":
+        parser.error("--low-memory is fp8_mixed's (fp8 keeps less than a BF16 attention already)")
 
     if not torch.cuda.is_available() or not flamia.gpu_available():
         sys.exit("hf_train_packed.py: needs a CUDA GPU with sm_90 (H100/H200) and libflamia.so built with CUDA")
     names = flamia_hf.register()
-    attn = "flamia_" + args.recipe
+    attn = "flamia_" + args.recipe + ("_low_memory" if args.low_memory else "")
     assert attn in names
 
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
