@@ -2,8 +2,9 @@
 # job4.sh again, on whatever GPU comes: on an H200 the README's table (an H200 run) can be
 # made from it; on an H100 it is a second run beside job4's. The harness on main's kernels
 # after v132 (a8d24e7, .ab/pdl prebuilt), seven workloads, flamia and its baselines in one
-# process (--quick: median of 5), within DEADLINE seconds (default 330). The package is the working tree's. Carried: .ab/pdl, .whl (the cuDNN
-# frontend wheel, for the ragged and FP8 baselines).
+# process (--quick: median of 5), within DEADLINE seconds (default 330). The package is the
+# working tree's. Carried: .ab/pdl, .whl (the cuDNN frontend wheel, for the ragged and FP8
+# baselines).
 set -uo pipefail
 : "${OUT:?}"
 T0=$(date +%s)
