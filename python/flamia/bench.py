@@ -149,13 +149,16 @@ class FlamiaImpl(AutogradImpl):
     precision = "fp8"
     has_quant = True
 
-    def __init__(self, inp: Inputs, recipe: str):
+    def __init__(self, inp: Inputs, recipe: str, low_memory: bool = False):
         super().__init__(inp)
         import torch
         import flamia
         from . import _lib, ops
 
         self.recipe = recipe
+        self.low_memory = low_memory
+        if low_memory:
+            self.notes.append("low_memory=True")
         self.flamia = flamia
         self.q = inp.q.detach().requires_grad_()
         self.k = inp.k.detach().requires_grad_()
@@ -181,7 +184,7 @@ class FlamiaImpl(AutogradImpl):
     def fwd(self):
         w = self.inp.w
         out = self.flamia.attention(self.q, self.k, self.v, self.inp.cu, w.max_seqlen, causal=w.causal,
-                                    recipe=self.recipe)
+                                    recipe=self.recipe, low_memory=self.low_memory)
         return out, self.inp.dout
 
     def result(self, state, grads):
@@ -1369,6 +1372,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="also time steps, then forwards, back to back for SECONDS each (after as long untimed) "
                         "with the board's energy a call, power and SM clock (NVML): at the clock the power cap "
                         "allows")
+    p.add_argument("--low-memory", action="store_true",
+                   help="run flamia with low_memory=True (fp8_mixed then keeps a BF16 attention's memory and "
+                        "quantizes again in its backward; fp8's records are unchanged): what that costs a step")
     p.add_argument("--cudnn-fp8-ragged", action="store_true",
                    help="also run cudnn_fp8 on the long-tailed packs as ragged THD (off by default: with cuDNN "
                         "9.19 on sm_90 it is unsupported or faults; use a process of its own)")
@@ -1483,7 +1489,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def write_json() -> str:
         doc = {**env, "iters": iters, "warmup": warmup, "input_seed": a.seed, "l2_flush_bytes": L2_FLUSH_BYTES,
                "timing": "CUDA events, median; L2 flushed before every timed call; flamia fwd includes quantization",
-               "sustained_s": a.sustained,
+               "sustained_s": a.sustained, "flamia_low_memory": a.low_memory,
                "flops": "causal fwd = 4*D*Hq*sum L(L+1)/2; bwd = 2.5 x fwd; step = fwd + bwd",
                "accuracy": "relative L2 vs exact float64 attention on the sampled documents/heads",
                "speedups": "flamia records: baseline time / flamia time; best_baseline = the fastest step among "
@@ -1542,7 +1548,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if not flamia_ok:
                 recs.append(Record(name, "flamia", rcp, precision="fp8", error=flamia_err))
                 continue
-            rec = run_impl(lambda i=inp, r=rcp: FlamiaImpl(i, r), ("flamia", rcp), w, timer, ref, "fp8", skipped)
+            rec = run_impl(lambda i=inp, r=rcp: FlamiaImpl(i, r, a.low_memory), ("flamia", rcp), w, timer, ref, "fp8",
+                           skipped)
             if rec is not None:
                 if rec.error is None and not a.no_checks:
                     try:

@@ -1,5 +1,6 @@
 """The harness's flamia implementation end to end on the GPU: every phase it times runs
-(the quantization-only pass included) and the record carries times, not an error."""
+(the quantization-only pass included) and the record carries times, not an error; with
+--low-memory, fp8_mixed runs without its stored dS."""
 
 import json
 
@@ -60,3 +61,19 @@ def test_sustained_steps_carry_time_energy_and_clock(tmp_path):
         if s["watts"] is not None:  # NVML present (the driver's library)
             assert s["joules_per_step"] > 0 and 50 < s["watts"] < 2000 and s["sm_mhz"] > 0, s
             assert 0 < fwd["joules"] < s["joules_per_step"], s
+
+
+def test_low_memory_runs_fp8_mixed_without_its_slab(tmp_path):
+    # --low-memory: the flamia records say so, and fp8_mixed's step peaks below the default's
+    # (no stored dS slab; fixed-4k's is ~200 MiB), while fp8's record is the same call.
+    peaks = {}
+    for low in (False, True):
+        out = tmp_path / str(low)
+        flags = ["--low-memory"] if low else []
+        assert bench.main(["--workloads", "fixed-4k", *ARGS, "--out", str(out), *flags]) == 0
+        assert json.loads((out / "bench.json").read_text())["flamia_low_memory"] is low
+        for r in flamia_records(out):
+            assert not r.get("error"), r
+            assert ("low_memory=True" in r["notes"]) is low, r["notes"]
+            peaks[low, r["recipe"]] = r["step_peak_mib"]
+    assert peaks[True, "fp8_mixed"] < peaks[False, "fp8_mixed"] - 100, peaks
