@@ -16,6 +16,7 @@ for round in 1 2; do
   for setting in default low; do
     left=$(( 540 - $(el) )); (( left > 30 )) || break 2
     flag=; [ $setting = low ] && flag=--low-memory
+    mkdir -p $OUT/$setting$round
     timeout $left python3 -m flamia.bench --impls flamia --no-checks --iters 10 --warmup 2 $flag \
       --workloads fixed-4k,fixed-16k,pack-32k,llama8b-pack,llama1b-pack --out $OUT/$setting$round \
       > $OUT/$setting$round/console.txt 2>&1 || echo "$setting $round: exit $?"
