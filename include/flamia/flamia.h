@@ -143,6 +143,27 @@ size_t flamia_backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, i
  * CUDA. */
 size_t flamia_backward_workspace_bytes_for(const flamia_attention_args* args);
 
+/* How the device backward of a call with this recipe and head dim forms dQ, as the run-time
+ * switch FLAMIA_BWD_DQ selects it (read at every call, like the backward itself does):
+ *  FLAMIA_DQ_RECOMPUTE        a deterministic pass recomputes dS for dQ;
+ *  FLAMIA_DQ_STORED           the stored dS (deterministic, the same bits), where the workspace
+ *                             holds it (flamia_backward_workspace_bytes_for), else recompute:
+ *                             the default for fp8_mixed at head dim 128;
+ *  FLAMIA_DQ_STORED_REQUIRED  the stored dS, and a smaller workspace is refused (=hbm);
+ *  FLAMIA_DQ_FUSED            FP32 reductions inside the dK/dV pass: NOT deterministic
+ *                             (=fused, fp8_mixed at head dim 128 only; a call with q_start
+ *                             recomputes instead).
+ * Returns FLAMIA_ERROR_INVALID_ARGUMENT naming FLAMIA_BWD_DQ when it holds a value that is
+ * no option, or naming head_dim / recipe when they are unsupported. A build without CUDA has
+ * no device backward: FLAMIA_DQ_RECOMPUTE. */
+typedef enum {
+  FLAMIA_DQ_RECOMPUTE = 0,
+  FLAMIA_DQ_STORED = 1,
+  FLAMIA_DQ_STORED_REQUIRED = 2,
+  FLAMIA_DQ_FUSED = 3
+} flamia_dq_path;
+flamia_status flamia_backward_dq_path(flamia_recipe recipe, int32_t head_dim, flamia_dq_path* path);
+
 /* Quantize q, k, v into qkv8 (one fused pass). Lets a caller quantize once and reuse.
  * With host tensors this only validates the arguments (host calls quantize internally). */
 flamia_status flamia_quantize_qkv(const flamia_attention_args* args, void* qkv8, size_t qkv8_bytes,

@@ -153,6 +153,14 @@ inline size_t backward_workspace_bytes(const flamia_attention_args& args) {
   return flamia_backward_workspace_bytes_for(&args);
 }
 
+// How the device backward forms dQ (flamia_backward_dq_path); throws on an invalid
+// FLAMIA_BWD_DQ, recipe or head dim.
+inline flamia_dq_path backward_dq_path(flamia_recipe recipe, int32_t head_dim) {
+  flamia_dq_path path = FLAMIA_DQ_RECOMPUTE;
+  check(flamia_backward_dq_path(recipe, head_dim, &path));
+  return path;
+}
+
 inline void quantize_qkv(const flamia_attention_args& args, void* qkv8, size_t qkv8_bytes, bool for_backward) {
   check(flamia_quantize_qkv(&args, qkv8, qkv8_bytes, for_backward ? 1 : 0));
 }

@@ -59,6 +59,9 @@ DTYPE_UINT8 = 3
 
 RECIPES = {"fp8": 0, "fp8_mixed": 1}
 
+# flamia_dq_path (flamia.h): how the device backward forms dQ.
+DQ_RECOMPUTE, DQ_STORED, DQ_STORED_REQUIRED, DQ_FUSED = 0, 1, 2, 3
+
 
 def recipe_id(recipe: str) -> int:
     try:
@@ -182,6 +185,8 @@ class Library:
                   [ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
                    ctypes.c_int])
         self._sig(d.flamia_backward_workspace_bytes_for, size_t, [args_p])
+        self._sig(d.flamia_backward_dq_path, ctypes.c_int,
+                  [ctypes.c_int, ctypes.c_int32, ctypes.POINTER(ctypes.c_int)])
         self._sig(d.flamia_quantize_qkv, ctypes.c_int, [args_p, ctypes.c_void_p, size_t, ctypes.c_int32])
         self._sig(d.flamia_forward, ctypes.c_int,
                   [args_p, Tensor, Tensor, ctypes.c_void_p, size_t, ctypes.c_int32])
@@ -236,6 +241,13 @@ class Library:
         """The workspace of a backward call with these arguments, every option included (0 for
         host calls, and for invalid arguments, which the backward call itself then reports)."""
         return int(self._dll.flamia_backward_workspace_bytes_for(ctypes.byref(args)))
+
+    def backward_dq_path(self, recipe: int, head_dim: int) -> int:
+        """How the device backward forms dQ under FLAMIA_BWD_DQ (DQ_RECOMPUTE, DQ_STORED,
+        DQ_STORED_REQUIRED or DQ_FUSED; flamia.h); FlamiaError naming an invalid value."""
+        path = ctypes.c_int(0)
+        self.check(self._dll.flamia_backward_dq_path(recipe, head_dim, ctypes.byref(path)), "flamia_backward_dq_path")
+        return path.value
 
     def quantize_qkv(self, args: AttentionArgs, qkv8: int, qkv8_bytes: int, for_backward: bool) -> None:
         st = self._dll.flamia_quantize_qkv(ctypes.byref(args), qkv8 or None, qkv8_bytes,

@@ -41,7 +41,6 @@ the CPU low_memory changes nothing.
 """
 
 import contextlib
-import os
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -218,7 +217,7 @@ def backward(dout: Tensor, q: Optional[Tensor], k: Optional[Tensor], v: Optional
     with _on(dev):
         args = _make_args(q, k, v, cu_seqlens, max_seqlen, causal, softmax_scale, recipe, shapes, q_start)
         if low_memory and dev.type == "cuda":
-            if os.environ.get("FLAMIA_BWD_DQ") == "hbm":
+            if lib.backward_dq_path(args.recipe, d) == _lib.DQ_STORED_REQUIRED:
                 raise FlamiaError("flamia: low_memory=True asks for the backward without the stored dS, "
                                   "but FLAMIA_BWD_DQ=hbm requires it; unset FLAMIA_BWD_DQ or pass low_memory=False")
             wbytes = lib.backward_workspace_bytes(T, _num_docs(cu_seqlens), hq, hkv, d, args.recipe)
@@ -386,6 +385,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: i
     return (out, lse) if return_lse else out
 
 
+@torch.compiler.assume_constant_result
+def _dq_path(recipe: int, head_dim: int) -> int:
+    """The library's dQ path for this recipe and head dim (FLAMIA_BWD_DQ, read by the library);
+    a constant to torch.compile's tracing, as the switch is for a process."""
+    return _lib.get().backward_dq_path(recipe, head_dim)
+
+
 def _is_compiling() -> bool:
     try:
         return bool(torch.compiler.is_compiling())
@@ -418,8 +424,7 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
         raise FlamiaError("flamia: alibi_slopes is not supported")
     if block_table is not None:
         raise FlamiaError("flamia: block_table (paged KV) is not supported")
-    if (deterministic and os.environ.get("FLAMIA_BWD_DQ") == "fused" and recipe == "fp8_mixed"
-            and q.device.type == "cuda" and q.shape[-1] == 128):
+    if deterministic and q.device.type == "cuda" and _dq_path(_lib.recipe_id(recipe), q.shape[-1]) == _lib.DQ_FUSED:
         raise FlamiaError("flamia: deterministic=True, but FLAMIA_BWD_DQ=fused makes fp8_mixed's dQ at head dim "
                           "128 non-deterministic; unset FLAMIA_BWD_DQ or pass deterministic=False")
     if cu_seqlens_q is not cu_seqlens_k:

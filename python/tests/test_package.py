@@ -44,6 +44,27 @@ def test_recipe_names():
         _lib.recipe_id("fp16")
 
 
+def test_backward_dq_path_is_the_library_s(monkeypatch):
+    # The library reads FLAMIA_BWD_DQ (the Python refusals ask it, so the two cannot
+    # disagree); a build without CUDA has no device backward and says recompute.
+    lib = _lib.get()
+    mixed, fp8 = _lib.recipe_id("fp8_mixed"), _lib.recipe_id("fp8")
+    monkeypatch.delenv("FLAMIA_BWD_DQ", raising=False)
+    if "cpu only" in lib.version():
+        assert lib.backward_dq_path(mixed, 128) == _lib.DQ_RECOMPUTE
+        return
+    assert lib.backward_dq_path(mixed, 128) == _lib.DQ_STORED
+    assert lib.backward_dq_path(fp8, 128) == lib.backward_dq_path(mixed, 64) == _lib.DQ_RECOMPUTE
+    monkeypatch.setenv("FLAMIA_BWD_DQ", "hbm")
+    assert lib.backward_dq_path(fp8, 64) == _lib.DQ_STORED_REQUIRED
+    monkeypatch.setenv("FLAMIA_BWD_DQ", "fused")
+    assert lib.backward_dq_path(mixed, 128) == _lib.DQ_FUSED
+    assert lib.backward_dq_path(fp8, 128) == _lib.DQ_RECOMPUTE
+    monkeypatch.setenv("FLAMIA_BWD_DQ", "Fused")
+    with pytest.raises(flamia.FlamiaError, match="FLAMIA_BWD_DQ: 'Fused'"):
+        lib.backward_dq_path(mixed, 128)
+
+
 def test_struct_layout_matches_header(tmp_path):
     """Every field of the ctypes mirrors at the offset and size the C compiler gives it from
     include/flamia/flamia.h, and the structs' sizes agree."""

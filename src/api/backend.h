@@ -32,6 +32,10 @@ Status device_backward(const Problem& p, const flamia_attention_args& a, const f
 // one holds a value that is no option, so that a typo fails at the size query already.
 Status device_check_options();
 
+// How the device backward of this recipe and head dim forms dQ under FLAMIA_BWD_DQ
+// (flamia.h, flamia_backward_dq_path); FLAMIA_DQ_RECOMPUTE without CUDA.
+Status device_backward_dq_path(flamia_recipe recipe, int head_dim, flamia_dq_path* path);
+
 // Buffer sizes of the GPU path (0 without CUDA: there is no device buffer to size).
 size_t device_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                          flamia_recipe recipe, bool for_backward);

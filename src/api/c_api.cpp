@@ -110,6 +110,14 @@ size_t flamia_backward_workspace_bytes_for(const flamia_attention_args* args) {
   return bytes;
 }
 
+flamia_status flamia_backward_dq_path(flamia_recipe recipe, int32_t head_dim, flamia_dq_path* path) {
+  return guarded([&] {
+    if (path == nullptr) return Status::invalid("path: must not be NULL");
+    FLAMIA_TRY(flamia::api::validate_recipe_and_head_dim(recipe, head_dim));
+    return flamia::api::device_backward_dq_path(recipe, head_dim, path);
+  });
+}
+
 flamia_status flamia_quantize_qkv(const flamia_attention_args* args, void* qkv8, size_t qkv8_bytes,
                                   int32_t for_backward) {
   return guarded([&] { return flamia::api::quantize_impl(args, qkv8, qkv8_bytes, for_backward != 0); });

@@ -321,6 +321,16 @@ Status device_check_options() {
                          "' is not one of auto (the default), recompute, hbm, fused");
 }
 
+Status device_backward_dq_path(flamia_recipe recipe, int head_dim, flamia_dq_path* path) {
+  FLAMIA_TRY(device_check_options());
+  // As sm90::backward picks (the fused dQ first, then the stored dS where it is on).
+  if (sm90::backward_dq_fused(recipe, head_dim)) *path = FLAMIA_DQ_FUSED;
+  else if (sm90::backward_dq_stored_required()) *path = FLAMIA_DQ_STORED_REQUIRED;
+  else if (sm90::backward_dq_stored(recipe, head_dim)) *path = FLAMIA_DQ_STORED;
+  else *path = FLAMIA_DQ_RECOMPUTE;
+  return Status::success();
+}
+
 size_t device_qkv8_bytes(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                          flamia_recipe recipe, bool for_backward) {
   return sm90::qkv8_bytes(total_tokens, num_docs, hq, hkv, head_dim, recipe, for_backward);
@@ -369,6 +379,11 @@ Status device_take_errors(int device) {
 }
 
 Status device_check_options() { return Status::success(); }
+
+Status device_backward_dq_path(flamia_recipe, int, flamia_dq_path* path) {
+  *path = FLAMIA_DQ_RECOMPUTE;
+  return Status::success();
+}
 
 size_t device_qkv8_bytes(int64_t, int64_t, int, int, int, flamia_recipe, bool) { return 0; }
 size_t device_workspace_bytes(int64_t, int64_t, int, int, int, flamia_recipe) { return 0; }

@@ -400,6 +400,11 @@ Status validate_sizes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_
   return check_recipe(recipe);
 }
 
+Status validate_recipe_and_head_dim(flamia_recipe recipe, int32_t head_dim) {
+  FLAMIA_TRY(check_recipe(recipe));
+  return check_head_dim("head_dim", head_dim);
+}
+
 Status check_finite_rows(const char* name, const uint16_t* x, int64_t tokens, int heads, int dim) {
   for (int64_t t = 0; t < tokens; ++t)
     for (int h = 0; h < heads; ++h) {

@@ -80,6 +80,9 @@ Status validate_backward_tensors(const Problem& p, const flamia_tensor& dout, co
 Status validate_sizes(int64_t total_tokens, int64_t num_docs, int32_t hq, int32_t hkv, int32_t head_dim,
                       flamia_recipe recipe);
 
+// A recipe and a head dim the kernels support (flamia_backward_dq_path's arguments).
+Status validate_recipe_and_head_dim(flamia_recipe recipe, int32_t head_dim);
+
 // A caller-provided device buffer: at least `need` bytes, aligned, non-null when need > 0.
 Status validate_buffer(const char* name, const char* bytes_name, const void* ptr, size_t have, size_t need,
                        const char* sizer);

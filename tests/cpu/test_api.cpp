@@ -754,6 +754,46 @@ TEST(Api, WorkspaceForTheCallSizesTheStoredDs) {
 }
 #endif
 
+// The dQ path the backward takes, as FLAMIA_BWD_DQ selects it (host code: no GPU needed); the
+// same decision sm90::backward and the workspace query make.
+TEST(Api, BackwardDqPathFollowsTheSwitch) {
+  const auto path = [](flamia_recipe r, int d) {
+    flamia_dq_path p = flamia_dq_path(-1);
+    EXPECT_EQ(flamia_backward_dq_path(r, d, &p), FLAMIA_SUCCESS) << flamia_last_error();
+    return p;
+  };
+  const flamia_recipe kMixed = FLAMIA_RECIPE_FP8_MIXED, kFp8 = FLAMIA_RECIPE_FP8;
+  unsetenv("FLAMIA_BWD_DQ");
+#if defined(FLAMIA_WITH_CUDA)
+  EXPECT_EQ(path(kMixed, 128), FLAMIA_DQ_STORED) << "the default stores fp8_mixed's dS at D = 128";
+  EXPECT_EQ(path(kMixed, 64), FLAMIA_DQ_RECOMPUTE);
+  EXPECT_EQ(path(kFp8, 128), FLAMIA_DQ_RECOMPUTE);
+  setenv("FLAMIA_BWD_DQ", "recompute", 1);
+  EXPECT_EQ(path(kMixed, 128), FLAMIA_DQ_RECOMPUTE);
+  setenv("FLAMIA_BWD_DQ", "hbm", 1);
+  for (const flamia_recipe r : {kMixed, kFp8})
+    for (const int d : {64, 128}) EXPECT_EQ(path(r, d), FLAMIA_DQ_STORED_REQUIRED) << "hbm stores every call's";
+  setenv("FLAMIA_BWD_DQ", "fused", 1);
+  EXPECT_EQ(path(kMixed, 128), FLAMIA_DQ_FUSED);
+  EXPECT_EQ(path(kMixed, 64), FLAMIA_DQ_RECOMPUTE) << "the fused dQ is fp8_mixed's at D = 128 only";
+  EXPECT_EQ(path(kFp8, 128), FLAMIA_DQ_RECOMPUTE);
+  setenv("FLAMIA_BWD_DQ", "stored", 1);
+  flamia_dq_path p = FLAMIA_DQ_RECOMPUTE;
+  EXPECT_EQ(flamia_backward_dq_path(kMixed, 128, &p), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flamia_last_error()).find("FLAMIA_BWD_DQ: 'stored'"), std::string::npos) << flamia_last_error();
+  unsetenv("FLAMIA_BWD_DQ");
+#else
+  EXPECT_EQ(path(kMixed, 128), FLAMIA_DQ_RECOMPUTE) << "no device backward without CUDA";
+#endif
+  flamia_dq_path q = FLAMIA_DQ_RECOMPUTE;
+  EXPECT_EQ(flamia_backward_dq_path(kMixed, 96, &q), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flamia_last_error()).find("head_dim"), std::string::npos) << flamia_last_error();
+  EXPECT_EQ(flamia_backward_dq_path(flamia_recipe(7), 128, &q), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flamia_last_error()).find("recipe"), std::string::npos) << flamia_last_error();
+  EXPECT_EQ(flamia_backward_dq_path(kMixed, 128, nullptr), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flamia_last_error()).find("path"), std::string::npos) << flamia_last_error();
+}
+
 TEST(Api, LastErrorIsPerThreadAndKeptAfterSuccess) {
   HostCall bad({10}, 1, 1, 64, true);
   bad.args.recipe = flamia_recipe(9);
