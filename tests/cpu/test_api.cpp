@@ -833,6 +833,9 @@ TEST(Api, CppWrappersThrowWithStatusAndMessage) {
   EXPECT_EQ(flamia::numel(t), 95 * 4 * 64);
   EXPECT_EQ(flamia::dtype_size(FLAMIA_DTYPE_FP32), 4u);
   EXPECT_THROW(flamia::make_strided_tensor(nullptr, FLAMIA_DTYPE_BF16, {1, 2}, {1}), flamia::Error);
+  unsetenv("FLAMIA_BWD_DQ");
+  EXPECT_EQ(flamia::backward_dq_path(FLAMIA_RECIPE_FP8, 64), FLAMIA_DQ_RECOMPUTE);
+  EXPECT_THROW(flamia::backward_dq_path(FLAMIA_RECIPE_FP8, 80), flamia::Error);
 }
 
 // =========================================================================================
