@@ -89,17 +89,33 @@ def test_cp_bench_runs_on_a_cpu_group(tmp_path, lengths, exchange):
 
 
 
-def _rank_main(rank, world, init_file, out_dir, lengths, recipe, causal, exchange="gather", seed=9):
-    # One rank of a gloo group on the CPU specification: its output and gradients to a file.
+def _recording(seen):
+    """flamia.attention, appending to `seen` the low_memory each call is given."""
+    single = flamia.attention
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("low_memory"))
+        return single(*args, **kwargs)
+
+    return recording
+
+
+def _rank_main(rank, world, init_file, out_dir, lengths, recipe, causal, exchange="gather", seed=9,
+               low_memory=False):
+    # One rank of a gloo group on the CPU specification: its output and gradients to a file,
+    # and the low_memory every flamia.attention call it made was given to another.
     import torch.distributed as dist
 
+    seen = []
+    flamia.attention = _recording(seen)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=seed, device="cpu")
     plan = plan_shards(cu, world)
     res = out_and_grads(*[shard(x, plan, rank) for x in (q, k, v, dout)],
                         lambda q, k, v: attention(q, k, v, plan, rank, causal=causal, recipe=recipe,
-                                                  exchange=exchange))
+                                                  exchange=exchange, low_memory=low_memory))
     torch.save(res, f"{out_dir}/rank{rank}.pt")
+    torch.save(seen, f"{out_dir}/seen{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -215,29 +231,6 @@ def test_divided_exchange_is_the_default_when_possible_and_refused_otherwise(tmp
 
 
 
-def _rank_low_memory(rank, world, init_file, out_dir, lengths, exchange):
-    # _rank_main with low_memory=True, recording what every flamia.attention call it makes
-    # was told.
-    import torch.distributed as dist
-
-    seen = []
-    single = flamia.attention
-
-    def recording(*args, **kwargs):
-        seen.append(kwargs.get("low_memory"))
-        return single(*args, **kwargs)
-
-    flamia.attention = recording
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    q, k, v, dout, cu = make_pack(lengths, 4, 2, 64, seed=9, device="cpu")
-    plan = plan_shards(cu, world)
-    res = out_and_grads(*[shard(x, plan, rank) for x in (q, k, v, dout)],
-                        lambda q, k, v: attention(q, k, v, plan, rank, recipe="fp8_mixed", exchange=exchange,
-                                                  low_memory=True))
-    torch.save((res, seen), f"{out_dir}/rank{rank}.pt")
-    dist.destroy_process_group()
-
-
 @pytest.mark.parametrize("exchange", ["gather", "divide"])
 def test_low_memory_reaches_every_call_and_changes_no_bit(tmp_path, exchange):
     # The cut document's exchange passes low_memory to the flamia.attention it runs; the
@@ -245,29 +238,25 @@ def test_low_memory_reaches_every_call_and_changes_no_bit(tmp_path, exchange):
     import torch.multiprocessing as mp
 
     lengths = [600, 40, 30]
-    runs = {}
-    for low, main in ((True, _rank_low_memory), (False, _rank_main)):
+    runs, seen = {}, {}
+    for low in (False, True):
         out_dir = tmp_path / str(low)
         out_dir.mkdir()
-        args = (lengths, exchange) if low else (lengths, "fp8_mixed", True, exchange)
-        mp.spawn(main, args=(2, str(out_dir / "init"), str(out_dir)) + args, nprocs=2, join=True)
+        mp.spawn(_rank_main, nprocs=2, join=True,
+                 args=(2, str(out_dir / "init"), str(out_dir), lengths, "fp8_mixed", True, exchange, 9, low))
         runs[low] = [torch.load(out_dir / f"rank{r}.pt") for r in range(2)]
-    for (res, seen), plain in zip(runs[True], runs[False]):
-        assert seen and all(s is True for s in seen), seen
-        assert all(torch.equal(x, y) for x, y in zip(res, plain))
+        seen[low] = [torch.load(out_dir / f"seen{r}.pt") for r in range(2)]
+    for calls in seen[True]:
+        assert calls and all(s is True for s in calls), calls
+    for low, plain in zip(runs[True], runs[False]):
+        assert all(torch.equal(x, y) for x, y in zip(low, plain))
 
 
 def test_low_memory_reaches_a_whole_documents_call(monkeypatch):
     q, k, v, _, cu = make_pack(LENGTHS, 2, 2, 64, seed=3, device="cpu")
     plan = plan_shards(cu, 2)
     seen = []
-    single = flamia.attention
-
-    def recording(*args, **kwargs):
-        seen.append(kwargs.get("low_memory"))
-        return single(*args, **kwargs)
-
-    monkeypatch.setattr(flamia, "attention", recording)
+    monkeypatch.setattr(flamia, "attention", _recording(seen))
     loc = [shard(x, plan, 1) for x in (q, k, v)]
     plain = attention(*loc, plan, 1, recipe="fp8_mixed")
     low = attention(*loc, plan, 1, recipe="fp8_mixed", low_memory=True)
