@@ -4,7 +4,7 @@
 # suite; the stored-dS tests with FLAMIA_DS_BASES=kernel too; memcheck on them), then one
 # build, FLAMIA_DS_BASES=kernel (before) against unset (v134), alternated three rounds
 # (tools/env_ab.sh), fp8_mixed (whose default at D = 128 is the stored dS), phases bwd, step.
-# Carried: .ab/v134.
+# LIMIT: the seconds the call may take (default 560). Carried: .ab/v134.
 set -uo pipefail
 : "${OUT:?}"
 T0=$(date +%s)
@@ -24,7 +24,7 @@ timeout 150 compute-sanitizer --tool memcheck --error-exitcode 1 $H/flamia_gpu_t
 echo "memcheck rc $? at $(el) s: $(grep 'ERROR SUMMARY' $OUT/memcheck.txt | tail -1)"
 grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' $OUT/memcheck.txt > $OUT/memcheck.short.txt; rm -f $OUT/memcheck.txt
 mkdir -p $OUT/env
-left=$(( 560 - $(el) ))
+left=$(( ${LIMIT:-560} - $(el) ))
 BUILD_DIR=$H WORKLOADS=fixed-4k,pack-32k,fixed-16k,llama8b-pack RECIPES=fp8_mixed ROUNDS=3 ITERS=20 PHASES=bwd,step \
   WHAT="v134 (64f464a): FLAMIA_DS_BASES=kernel against unset, one build" \
   OUT=$OUT/env timeout $left bash .ab/v134/tools/env_ab.sh kernel=FLAMIA_DS_BASES=kernel v134= > $OUT/env_console.txt 2>&1
