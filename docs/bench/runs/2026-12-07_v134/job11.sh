@@ -4,7 +4,8 @@
 # suite; the stored-dS tests with FLAMIA_DS_BASES=kernel too; memcheck on them), then one
 # build, FLAMIA_DS_BASES=kernel (before) against unset (v134), alternated three rounds
 # (tools/env_ab.sh), fp8_mixed (whose default at D = 128 is the stored dS), phases bwd, step.
-# LIMIT: the seconds the call may take (default 560). Carried: .ab/v134.
+# LIMIT: the seconds the call may take (default 560); AB_WORKLOADS, AB_ROUNDS: a shorter A/B.
+# Carried: .ab/v134.
 set -uo pipefail
 : "${OUT:?}"
 T0=$(date +%s)
@@ -25,7 +26,7 @@ echo "memcheck rc $? at $(el) s: $(grep 'ERROR SUMMARY' $OUT/memcheck.txt | tail
 grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' $OUT/memcheck.txt > $OUT/memcheck.short.txt; rm -f $OUT/memcheck.txt
 mkdir -p $OUT/env
 left=$(( ${LIMIT:-560} - $(el) ))
-BUILD_DIR=$H WORKLOADS=fixed-4k,pack-32k,fixed-16k,llama8b-pack RECIPES=fp8_mixed ROUNDS=3 ITERS=20 PHASES=bwd,step \
+BUILD_DIR=$H WORKLOADS=${AB_WORKLOADS:-fixed-4k,pack-32k,fixed-16k,llama8b-pack} RECIPES=fp8_mixed ROUNDS=${AB_ROUNDS:-3} ITERS=20 PHASES=bwd,step \
   WHAT="v134 (64f464a): FLAMIA_DS_BASES=kernel against unset, one build" \
   OUT=$OUT/env timeout $left bash .ab/v134/tools/env_ab.sh kernel=FLAMIA_DS_BASES=kernel v134= > $OUT/env_console.txt 2>&1
 echo "env rc $? at $(el) s"
