@@ -38,7 +38,14 @@ files=()
 for ((r = 1; r <= ROUNDS; ++r)); do
   for i in "${!names[@]}"; do
     base="$OUT/bench_${names[$i]}_round$r"
-    IFS=, read -r -a assign <<<"${envs[$i]}"
+    # VAR=value pairs split at the commas that start a new VAR=: a value may hold commas
+    # (FLAMIA_PDL=dq,slabs).
+    IFS=, read -r -a parts <<<"${envs[$i]}"
+    assign=()
+    for part in "${parts[@]}"; do
+      if [[ $part =~ ^[A-Za-z_][A-Za-z0-9_]*= || ${#assign[@]} -eq 0 ]]; then assign+=("$part")
+      else assign[-1]+=",$part"; fi
+    done
     env "${assign[@]}" "$BUILD/flamia_bench" --workloads "$WORKLOADS" --recipes "$RECIPES" --iters "$ITERS" \
       --json "$base.json" >"$base.txt" 2>&1 || { echo "${names[$i]} round $r: flamia_bench failed"; tail -5 "$base.txt"; status=1; continue; }
     files+=("$base.json")
