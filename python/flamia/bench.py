@@ -5,8 +5,8 @@
 For every workload (flamia.workloads, as in the project's WORKLOADS.md) and every
 implementation present, first checks accuracy against exact float64 attention on a sampled
 subset (a result far off is reported as failed and not timed), then measures quant / forward /
-backward / step (= forward + backward) time with CUDA events (warm-up, median of --iters, L2
-flushed before each timed call) and TFLOPS as DESIGN.md section 4 counts them; for flamia also
+backward / step (= forward + backward) time with CUDA events (warm-up, median of --iters rounds
+in which the workload's implementations take turns, L2 flushed before each timed call) and TFLOPS as DESIGN.md section 4 counts them; for flamia also
 the bitwise causal and document-isolation properties. With --sustained SECONDS also steps and
 then forwards run back to back, with the board's energy a call and SM clock: at the power cap,
 a training run's state, which the median of single flushed calls reads before the cap bites.
@@ -885,39 +885,58 @@ class Timer:
         if hasattr(self.torch.cuda, "_sleep"):
             self.torch.cuda._sleep(50_000)
 
-    def measure(self, fn: Callable[[], Any], setup: Optional[Callable[[], Any]] = None) -> float:
-        """Median milliseconds of fn(setup()) over self.iters calls."""
+    def run(self, impls: List[Impl]) -> List[Dict[str, Any]]:
+        """Times a workload's implementations in turn: self.iters rounds, each calling every
+        implementation's phases once (quantization where it has one, forward, backward, step),
+        and the median of each phase over the rounds. In turn rather than one after another,
+        so that every implementation's calls follow the same mix of work: timed one after
+        another, the later ones ran on a board the earlier ones had heated (on an H200
+        fixed-16k's fp8_mixed forward read 17 % slower than fp8's, the same kernels; on an
+        H100 the two forwards back to back differ by 0.1 %). An implementation whose call
+        raises gets {"error": ...} and leaves the rounds."""
         torch = self.torch
-        pairs = []
-        keep = []
-        for _ in range(self.iters):
-            arg = setup() if setup is not None else None
-            self._pre()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            r = fn() if setup is None else fn(arg)
-            b.record()
-            pairs.append((a, b))
-            keep.append(r)
-            if len(keep) > 2:  # bound memory held by outputs/autograd graphs
-                keep.pop(0)
+        res: List[Dict[str, Any]] = [{"quant_ms": None} for _ in impls]
+        for impl in impls:
+            for _ in range(self.warmup):
+                impl.bwd(impl.fwd())
+            if impl.has_quant:
+                impl.quant()  # its buffer outside the timed calls
         torch.cuda.synchronize()
-        return statistics.median(a.elapsed_time(b) for a, b in pairs)
 
-    def run(self, impl: Impl) -> Dict[str, Optional[float]]:
-        torch = self.torch
-        for _ in range(self.warmup):
-            impl.bwd(impl.fwd())
+        def phases(impl: Impl):
+            # (name, call, setup): setup's result is the call's argument, made untimed.
+            out = [("quant_ms", lambda _: impl.quant(), None)] if impl.has_quant else []
+            return out + [("fwd_ms", lambda _: impl.fwd(), None),
+                          ("bwd_ms", lambda st: impl.bwd(st), impl.fwd),
+                          ("step_ms", lambda _: impl.bwd(impl.fwd()), None)]
+
+        events: List[Dict[str, list]] = [{} for _ in impls]
+        keep: Dict[Tuple[int, str], Any] = {}  # each phase's last result: freed outside the timed calls
+        for _ in range(self.iters):
+            for i, impl in enumerate(impls):
+                if "error" in res[i]:
+                    continue
+                try:
+                    for name, call, setup in phases(impl):
+                        arg = setup() if setup is not None else None
+                        self._pre()
+                        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        a.record()
+                        r = call(arg)
+                        b.record()
+                        events[i].setdefault(name, []).append((a, b))
+                        keep[(i, name)] = r
+                except Exception as e:
+                    res[i] = {"error": _err(e)}
         torch.cuda.synchronize()
-        res: Dict[str, Optional[float]] = {"quant_ms": None}
-        if impl.has_quant:
-            impl.quant()  # warm-up (and its buffer) outside the timed calls
-            res["quant_ms"] = self.measure(lambda: impl.quant())
-        res["fwd_ms"] = self.measure(lambda: impl.fwd())
-        res["bwd_ms"] = self.measure(lambda st: impl.bwd(st), setup=impl.fwd)
-        res["step_ms"] = self.measure(lambda: impl.bwd(impl.fwd()))
-        if self.sustained_s > 0:
-            res["sustained"] = self.sustained(impl, res["step_ms"], res["fwd_ms"])
+        keep.clear()
+        for i, impl in enumerate(impls):
+            if "error" in res[i]:
+                continue
+            for name, pairs in events[i].items():
+                res[i][name] = statistics.median(a.elapsed_time(b) for a, b in pairs)
+            if self.sustained_s > 0:
+                res[i]["sustained"] = self.sustained(impl, res[i]["step_ms"], res[i]["fwd_ms"])
         return res
 
     def sustained(self, impl: Impl, step_ms: float, fwd_ms: float) -> Dict[str, Any]:
@@ -1090,11 +1109,12 @@ def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
     return None if x is None else round(float(x), nd)
 
 
-def run_impl(make: Callable[[], Impl], label: Tuple[str, str], w: Workload, timer: Timer, ref,
-             precision_hint: str, skipped: Optional[List[Dict[str, str]]] = None) -> Optional[Record]:
-    """Validate (accuracy vs the float64 reference, when checks are on), then time one
-    implementation. A NotImplementedError (missing module, unsupported configuration) is a
-    skip: logged, appended to `skipped`, no record."""
+def prepare_impl(make: Callable[[], Impl], label: Tuple[str, str], w: Workload, ref, precision_hint: str,
+                 skipped: Optional[List[Dict[str, str]]] = None) -> Tuple[Optional[Record], Optional[Impl]]:
+    """Build one implementation, take its step's peak memory and validate it (accuracy vs the
+    float64 reference, when checks are on): (record, implementation to time), or (record with
+    its error, None). A NotImplementedError (missing module, unsupported configuration) is a
+    skip: logged, appended to `skipped`, (None, None)."""
     import torch
 
     rec = Record(w.name, label[0], label[1], precision=precision_hint)
@@ -1123,35 +1143,56 @@ def run_impl(make: Callable[[], Impl], label: Tuple[str, str], w: Workload, time
             if bad:
                 raise RuntimeError(f"validation failed: rel. L2 errors {bad} above {VALIDATION_MAX_REL_L2} "
                                    f"(all: {rec.errors}); not timed")
-        log(f"{w.name} {rec.impl}/{rec.recipe}: timing ({timer.iters} iters)")
-        t = timer.run(impl)
-        rec.quant_ms, rec.fwd_ms, rec.bwd_ms, rec.step_ms = (_r(t["quant_ms"]), _r(t["fwd_ms"]),
-                                                             _r(t["bwd_ms"]), _r(t["step_ms"]))
-        if "sustained" in t:
-            rec.extra["sustained"] = t["sustained"]
-        rec.fwd_tflops = _r(w.fwd_flops() / (t["fwd_ms"] * 1e-3) / 1e12, 1)
-        rec.step_tflops = _r((w.fwd_flops() + w.bwd_flops()) / (t["step_ms"] * 1e-3) / 1e12, 1)
-        log(f"{w.name} {rec.impl}/{rec.recipe}: fwd {rec.fwd_ms} ms, bwd {rec.bwd_ms} ms, step {rec.step_ms} ms "
-            f"({rec.fwd_tflops} / {rec.step_tflops} TFLOPS); errors {rec.errors}")
-        if "sustained" in t:
-            log(f"{w.name} {rec.impl}/{rec.recipe}: sustained {t['sustained']}")
+        return rec, impl
     except NotImplementedError as e:
         log(f"{w.name} {label[0]}: skipped ({e})")
         if skipped is not None:
             skipped.append({"workload": w.name, "impl": label[0], "reason": str(e)})
-        return None
+        rec = None
     except Exception as e:
         rec.error = _err(e)
         log(f"{w.name} {rec.impl}/{rec.recipe}: FAILED {rec.error}")
         if os.environ.get("FLAMIA_BENCH_TRACEBACK"):
             traceback.print_exc()
-    finally:
-        if impl is not None:
-            impl.close()
-        del impl
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-    return rec
+    if impl is not None:
+        impl.close()
+    del impl
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return rec, None
+
+
+def time_impls(prepared: List[Tuple[Record, Impl]], w: Workload, timer: Timer) -> None:
+    """Time the prepared implementations of a workload in turn (Timer.run) into their records,
+    then release them."""
+    import torch
+
+    log(f"{w.name}: timing {len(prepared)} implementations in turn ({timer.iters} rounds)")
+    try:
+        results = timer.run([impl for _, impl in prepared])
+    except Exception as e:  # outside any one call (the warm-up): every record carries it
+        results = [{"error": _err(e)} for _ in prepared]
+        if os.environ.get("FLAMIA_BENCH_TRACEBACK"):
+            traceback.print_exc()
+    for (rec, impl), t in zip(prepared, results):
+        if "error" in t:
+            rec.error = t["error"]
+            log(f"{w.name} {rec.impl}/{rec.recipe}: FAILED {rec.error}")
+        else:
+            rec.quant_ms, rec.fwd_ms, rec.bwd_ms, rec.step_ms = (_r(t["quant_ms"]), _r(t["fwd_ms"]),
+                                                                 _r(t["bwd_ms"]), _r(t["step_ms"]))
+            if "sustained" in t:
+                rec.extra["sustained"] = t["sustained"]
+            rec.fwd_tflops = _r(w.fwd_flops() / (t["fwd_ms"] * 1e-3) / 1e12, 1)
+            rec.step_tflops = _r((w.fwd_flops() + w.bwd_flops()) / (t["step_ms"] * 1e-3) / 1e12, 1)
+            log(f"{w.name} {rec.impl}/{rec.recipe}: fwd {rec.fwd_ms} ms, bwd {rec.bwd_ms} ms, step {rec.step_ms} ms "
+                f"({rec.fwd_tflops} / {rec.step_tflops} TFLOPS); errors {rec.errors}")
+            if "sustained" in t:
+                log(f"{w.name} {rec.impl}/{rec.recipe}: sustained {t['sustained']}")
+        impl.close()
+    prepared.clear()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
 
 
 def add_speedups(recs: List[Record]) -> None:
@@ -1361,7 +1402,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--workloads", default=None,
                    help=f"comma-separated subset of: {','.join(WORKLOADS)} (default: all; --quick: a subset)")
     p.add_argument("--quick", action="store_true", help="fewer iterations and workloads (< 6 min on an H200)")
-    p.add_argument("--iters", type=int, default=None, help="timed iterations per measurement (default 20; quick 5)")
+    p.add_argument("--iters", type=int, default=None, help="timed rounds: each implementation's phases once a round, in turn (default 20; quick 5)")
     p.add_argument("--warmup", type=int, default=None, help="untimed fwd+bwd calls first (default 3; quick 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--impls", default=None, help="comma-separated subset of implementations to run "
@@ -1488,7 +1529,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     def write_json() -> str:
         doc = {**env, "iters": iters, "warmup": warmup, "input_seed": a.seed, "l2_flush_bytes": L2_FLUSH_BYTES,
-               "timing": "CUDA events, median; L2 flushed before every timed call; flamia fwd includes quantization",
+               "timing": "CUDA events, median over rounds in which the implementations take turns; L2 flushed "
+                         "before every timed call; flamia fwd includes quantization",
                "sustained_s": a.sustained, "flamia_low_memory": a.low_memory,
                "flops": "causal fwd = 4*D*Hq*sum L(L+1)/2; bwd = 2.5 x fwd; step = fwd + bwd",
                "accuracy": "relative L2 vs exact float64 attention on the sampled documents/heads",
@@ -1542,14 +1584,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             workloads_meta[name]["error"] = _err(e)
             continue
 
+        prepared: List[Tuple[Record, Impl]] = []
         for rcp in FLAMIA_RECIPES:
             if impl_filter and "flamia" not in impl_filter:
                 break
             if not flamia_ok:
                 recs.append(Record(name, "flamia", rcp, precision="fp8", error=flamia_err))
                 continue
-            rec = run_impl(lambda i=inp, r=rcp: FlamiaImpl(i, r, a.low_memory), ("flamia", rcp), w, timer, ref, "fp8",
-                           skipped)
+            rec, impl = prepare_impl(lambda i=inp, r=rcp: FlamiaImpl(i, r, a.low_memory), ("flamia", rcp), w, ref,
+                                     "fp8", skipped)
             if rec is not None:
                 if rec.error is None and not a.no_checks:
                     try:
@@ -1560,14 +1603,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         rec.extra["checks"] = {"error": _err(e)}
                         log(f"{name} flamia/{rcp}: checks FAILED {_err(e)}")
                 recs.append(rec)
+                if impl is not None:
+                    prepared.append((rec, impl))
         for key, factory in baseline_factories(a.cudnn_fp8_ragged):
             if impl_filter and key not in impl_filter:
                 continue
             prec = "fp8" if key == "cudnn_fp8" else "bf16"
-            rec = run_impl(lambda i=inp, f=factory: f(i), (key, "fp8_per_tensor" if prec == "fp8" else "bf16"), w, timer,
-                           ref, prec, skipped)
+            rec, impl = prepare_impl(lambda i=inp, f=factory: f(i), (key, "fp8_per_tensor" if prec == "fp8" else "bf16"),
+                                     w, ref, prec, skipped)
             if rec is not None:
                 recs.append(rec)
+                if impl is not None:
+                    prepared.append((rec, impl))
+        time_impls(prepared, w, timer)
         add_speedups(recs)
         records.extend(recs)
         del inp, ref
