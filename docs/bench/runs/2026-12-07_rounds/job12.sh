@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The harness with a workload's implementations timed in turn (python/flamia/bench.py at
 # this commit; the library from .ab/$TREE, default head: main's kernels since a8d24e7),
-# seven workloads, flamia and its baselines in one process (--quick: five rounds), within
+# seven workloads (or WORKLOADS), flamia and its baselines in one process (--quick: five rounds), within
 # DEADLINE seconds (default 480). Carried: .ab/$TREE, .whl (the cuDNN frontend wheel).
 set -uo pipefail
 : "${OUT:?}"
@@ -13,7 +13,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export FLAMIA_LIBRARY=$PWD/$TREE/prebuilt/libflamia.so PYTHONPATH=$PWD/python:/tmp/site
 mkdir -p $OUT/harness
 timeout $(( ${DEADLINE:-480} - ($(date +%s) - T0) )) python3 -m flamia.bench --quick \
-  --workloads fixed-4k,fixed-8k,fixed-16k,pack-32k,pack-128k,llama8b-pack,llama1b-pack \
+  --workloads ${WORKLOADS:-fixed-4k,fixed-8k,fixed-16k,pack-32k,pack-128k,llama8b-pack,llama1b-pack} \
   --out $OUT/harness > $OUT/harness/harness_console.txt 2>&1
 echo "harness exit $? at $(( $(date +%s) - T0 )) s"
 rm -f $OUT/harness/*.png
