@@ -27,6 +27,7 @@ import json
 import math
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -888,12 +889,12 @@ class Timer:
     def run(self, impls: List[Impl]) -> List[Dict[str, Any]]:
         """Times a workload's implementations in turn: self.iters rounds, each calling every
         implementation's phases once (quantization where it has one, forward, backward, step),
-        and the median of each phase over the rounds. In turn rather than one after another,
-        so that every implementation's calls follow the same mix of work: timed one after
-        another, the later ones ran on a board the earlier ones had heated (on an H200
-        fixed-16k's fp8_mixed forward read 17 % slower than fp8's, the same kernels; on an
-        H100 the two forwards back to back differ by 0.1 %). An implementation whose call
-        raises gets {"error": ...} and leaves the rounds."""
+        each round in its own order, and the median of each phase over the rounds. In turn
+        rather than one after another, so that every implementation's calls follow the same
+        mix of work: timed one after another, the later ones ran on a board the earlier ones
+        had heated (on an H200 fixed-16k's fp8_mixed forward read 17 % slower than fp8's, the
+        same kernels; back to back at the power cap the two read within 0.1 % on an H100).
+        An implementation whose call raises gets {"error": ...} and leaves the rounds."""
         torch = self.torch
         res: List[Dict[str, Any]] = [{"quant_ms": None} for _ in impls]
         for impl in impls:
@@ -912,8 +913,14 @@ class Timer:
 
         events: List[Dict[str, list]] = [{} for _ in impls]
         keep: Dict[Tuple[int, str], Any] = {}  # each phase's last result: freed outside the timed calls
-        for _ in range(self.iters):
-            for i, impl in enumerate(impls):
+        for rnd in range(self.iters):
+            # Each round in its own order (seeded: the same in every run), so that no
+            # implementation always follows the same one: in one fixed order fp8's forward,
+            # following cuDNN FP8's step, read 4-5 % slower than fp8_mixed's at fixed-16k (H100).
+            order = list(range(len(impls)))
+            random.Random(rnd).shuffle(order)
+            for i in order:
+                impl = impls[i]
                 if "error" in res[i]:
                     continue
                 try:
