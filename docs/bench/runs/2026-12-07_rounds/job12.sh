@@ -2,7 +2,7 @@
 # The harness with a workload's implementations timed in turn (python/flamia/bench.py at
 # this commit; the library from .ab/$TREE, default head: main's kernels since a8d24e7),
 # seven workloads (or WORKLOADS), flamia and its baselines in one process (--quick: five rounds), within
-# DEADLINE seconds (default 480). Carried: .ab/$TREE, .whl (the cuDNN frontend wheel).
+# DEADLINE seconds (default 480); ITERS: rounds instead of five. Carried: .ab/$TREE, .whl (the cuDNN frontend wheel).
 set -uo pipefail
 : "${OUT:?}"
 T0=$(date +%s)
@@ -12,7 +12,7 @@ date -u +%Y-%m-%dT%H:%M:%SZ | tee -a $OUT/gpu.txt; cat $TREE/prebuilt/COMMIT | t
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export FLAMIA_LIBRARY=$PWD/$TREE/prebuilt/libflamia.so PYTHONPATH=$PWD/python:/tmp/site
 mkdir -p $OUT/harness
-timeout $(( ${DEADLINE:-480} - ($(date +%s) - T0) )) python3 -m flamia.bench --quick \
+timeout $(( ${DEADLINE:-480} - ($(date +%s) - T0) )) python3 -m flamia.bench --quick ${ITERS:+--iters $ITERS} \
   --workloads ${WORKLOADS:-fixed-4k,fixed-8k,fixed-16k,pack-32k,pack-128k,llama8b-pack,llama1b-pack} \
   --out $OUT/harness > $OUT/harness/harness_console.txt 2>&1
 echo "harness exit $? at $(( $(date +%s) - T0 )) s"
