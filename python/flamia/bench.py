@@ -940,8 +940,12 @@ class Timer:
         for i, impl in enumerate(impls):
             if "error" in res[i]:
                 continue
-            for name, pairs in events[i].items():
-                res[i][name] = statistics.median(a.elapsed_time(b) for a, b in pairs)
+            # Each phase's times round by round beside their median: how far apart the rounds
+            # are says which differences a run resolves.
+            samples = {name: [a.elapsed_time(b) for a, b in pairs] for name, pairs in events[i].items()}
+            for name, ms in samples.items():
+                res[i][name] = statistics.median(ms)
+            res[i]["rounds_ms"] = {name[:-3]: [_r(x) for x in ms] for name, ms in samples.items()}
             if self.sustained_s > 0:
                 res[i]["sustained"] = self.sustained(impl, res[i]["step_ms"], res[i]["fwd_ms"])
         return res
@@ -1188,6 +1192,7 @@ def time_impls(prepared: List[Tuple[Record, Impl]], w: Workload, timer: Timer) -
         else:
             rec.quant_ms, rec.fwd_ms, rec.bwd_ms, rec.step_ms = (_r(t["quant_ms"]), _r(t["fwd_ms"]),
                                                                  _r(t["bwd_ms"]), _r(t["step_ms"]))
+            rec.extra["rounds_ms"] = t["rounds_ms"]
             if "sustained" in t:
                 rec.extra["sustained"] = t["sustained"]
             rec.fwd_tflops = _r(w.fwd_flops() / (t["fwd_ms"] * 1e-3) / 1e12, 1)

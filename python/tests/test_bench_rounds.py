@@ -1,7 +1,7 @@
 """The harness's timing rounds (flamia.bench.Timer.run) on stand-in implementations and a
 stand-in CUDA event clock (no GPU): the implementations take turns every round, each round in
-its own order, each phase's time is the median over the rounds, and one that raises leaves the rounds with its error
-while the others are still timed."""
+its own order; each phase's time is the median over the rounds, each round's time kept beside
+it; one that raises leaves the rounds with its error while the others are still timed."""
 import types
 
 import pytest
@@ -75,8 +75,10 @@ def test_implementations_take_turns_in_changing_orders_and_phases_are_medians_ov
     # The rounds' orders (seeded): a first, then b first twice — no implementation always
     # follows the same one.
     assert log == warm + turn_a + turn_b + turn_b + turn_a + turn_b + turn_a
-    assert res[1] == {"quant_ms": None, "fwd_ms": 4.0, "bwd_ms": 6.0, "step_ms": 10.0}
+    assert res[1] == {"quant_ms": None, "fwd_ms": 4.0, "bwd_ms": 6.0, "step_ms": 10.0,
+                      "rounds_ms": {"fwd": [4.0] * 3, "bwd": [6.0] * 3, "step": [10.0] * 3}}
     assert res[0]["quant_ms"] == 0.5 and res[0]["bwd_ms"] == 3.0
+    assert res[0]["rounds_ms"]["fwd"] == [1.0, 2.0, 1.0] and res[0]["rounds_ms"]["step"] == [8.0, 4.0, 4.0]
     # a's timed forwards are its calls 2, 6, 10 (warm-up 1; each round also forms bwd's state
     # and the step's forward): costs 1, 2, 1 — the median 1; its steps' forwards 5, 1, 1.
     assert res[0]["fwd_ms"] == 1.0 and res[0]["step_ms"] == pytest.approx(4.0)
@@ -88,5 +90,5 @@ def test_a_raising_implementation_leaves_the_rounds_with_its_error():
     b = Stub("b", clock, log, {"fwd": 4.0, "bwd": 6.0})
     res = timer(clock, iters=2).run([a, b])
     assert res[0] == {"error": "RuntimeError: a bwd failed"}
-    assert res[1] == {"quant_ms": None, "fwd_ms": 4.0, "bwd_ms": 6.0, "step_ms": 10.0}
+    assert res[1]["step_ms"] == 10.0 and res[1]["rounds_ms"]["step"] == [10.0, 10.0]
     assert log.count("b.bwd") == 4 and "a.bwd" not in log  # b timed in both rounds, a in none after
