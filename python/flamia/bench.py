@@ -5,9 +5,10 @@
 For every workload (flamia.workloads, as in the project's WORKLOADS.md) and every
 implementation present, first checks accuracy against exact float64 attention on a sampled
 subset (a result far off is reported as failed and not timed), then measures quant / forward /
-backward / step (= forward + backward) time with CUDA events (warm-up, median of --iters rounds
-in which the workload's implementations take turns, L2 flushed before each timed call) and TFLOPS as DESIGN.md section 4 counts them; for flamia also
-the bitwise causal and document-isolation properties. With --sustained SECONDS also steps and
+backward / step (= forward + backward) time with CUDA events (warm-up, median of --iters
+rounds in which the workload's implementations take turns, L2 flushed before each timed call)
+and TFLOPS as DESIGN.md section 4 counts them; for flamia also the bitwise causal and
+document-isolation properties. With --sustained SECONDS also steps and
 then forwards run back to back, with the board's energy a call and SM clock: at the power cap,
 a training run's state, which the median of single flushed calls reads before the cap bites.
 Baselines: torch SDPA's cuDNN backend (fixed-length), FlashAttention-2 varlen inside torch,
@@ -1414,7 +1415,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--workloads", default=None,
                    help=f"comma-separated subset of: {','.join(WORKLOADS)} (default: all; --quick: a subset)")
     p.add_argument("--quick", action="store_true", help="fewer iterations and workloads (< 6 min on an H200)")
-    p.add_argument("--iters", type=int, default=None, help="timed rounds: each implementation's phases once a round, in turn (default 20; quick 5)")
+    p.add_argument("--iters", type=int, default=None,
+                   help="timed rounds, each implementation's phases once a round, in turn (default 20; quick 5)")
     p.add_argument("--warmup", type=int, default=None, help="untimed fwd+bwd calls first (default 3; quick 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--impls", default=None, help="comma-separated subset of implementations to run "

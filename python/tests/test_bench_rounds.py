@@ -79,8 +79,9 @@ def test_implementations_take_turns_in_changing_orders_and_phases_are_medians_ov
                       "rounds_ms": {"fwd": [4.0] * 3, "bwd": [6.0] * 3, "step": [10.0] * 3}}
     assert res[0]["quant_ms"] == 0.5 and res[0]["bwd_ms"] == 3.0
     assert res[0]["rounds_ms"]["fwd"] == [1.0, 2.0, 1.0] and res[0]["rounds_ms"]["step"] == [8.0, 4.0, 4.0]
-    # a's timed forwards are its calls 2, 6, 10 (warm-up 1; each round also forms bwd's state
-    # and the step's forward): costs 1, 2, 1 — the median 1; its steps' forwards 5, 1, 1.
+    # a's timed forwards are its calls 2, 5, 8 (warm-up 1; each round also forms bwd's state
+    # and the step's forward): costs 1, 2, 1 — the median 1; its steps' forwards (calls 4, 7,
+    # 10) 5, 1, 1.
     assert res[0]["fwd_ms"] == 1.0 and res[0]["step_ms"] == pytest.approx(4.0)
 
 
