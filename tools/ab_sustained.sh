@@ -37,7 +37,11 @@ done
 status=0
 files=()
 for ((r = 1; r <= ROUNDS; ++r)); do
-  for i in "${!dirs[@]}"; do
+  # Each round starts one later in the list, so that each runs first in turn and none always
+  # inherits the board from the same one (in one process a fixed order moved the same
+  # kernels by 4-5 %: docs/PERFORMANCE.md, the harness's in-turn entries).
+  for ((k = 0; k < ${#dirs[@]}; ++k)); do
+    i=$(( (k + r - 1) % ${#dirs[@]} ))
     run="$OUT/${names[$i]}_round$r"
     read -ra tree_env <<<"${envs[$i]}"
     env "${tree_env[@]}" FLAMIA_LIBRARY="${libs[$i]}" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" \

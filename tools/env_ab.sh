@@ -36,7 +36,11 @@ done
 status=0
 files=()
 for ((r = 1; r <= ROUNDS; ++r)); do
-  for i in "${!names[@]}"; do
+  # Each round starts one later in the list, so that each runs first in turn and none always
+  # inherits the board from the same one (in one process a fixed order moved the same
+  # kernels by 4-5 %: docs/PERFORMANCE.md, the harness's in-turn entries).
+  for ((k = 0; k < ${#names[@]}; ++k)); do
+    i=$(( (k + r - 1) % ${#names[@]} ))
     base="$OUT/bench_${names[$i]}_round$r"
     # VAR=value pairs split at the commas that start a new VAR=: a value may hold commas
     # (FLAMIA_PDL=dq,slabs).

@@ -154,7 +154,8 @@ def test_ab_sustained_alternates_the_trees_and_summarizes(tmp_path):
                          capture_output=True, text=True, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     calls = (tmp_path / "calls.txt").read_text().splitlines()
-    assert [c.split()[0].split("/")[-3] for c in calls] == ["ref", "v", "ref", "v"]  # alternated
+    # alternated, each tree first in turn
+    assert [c.split()[0].split("/")[-3] for c in calls] == ["ref", "v", "v", "ref"]
     assert all("--sustained 0.5" in c and "--impls flamia" in c for c in calls)
     summary = (tmp_path / "o" / "ab_sustained.md").read_text()
     assert "| fixed-16k | fp8_mixed | sustained | 13.800 / 13.800 (median 13.800) | 13.500 / 13.500 (median 13.500) | -2.2 % (every round below) |" in summary
@@ -173,7 +174,7 @@ def test_ab_sustained_times_one_tree_under_two_settings(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     calls = [c.split()[:2] for c in (tmp_path / "calls.txt").read_text().splitlines()]
     lib = str(tmp_path / "main" / "prebuilt" / "libflamia.so")
-    assert calls == [[lib, "-"], [lib, "recompute"], [lib, "-"], [lib, "recompute"]]
+    assert calls == [[lib, "-"], [lib, "recompute"], [lib, "recompute"], [lib, "-"]]
     summary = (tmp_path / "o" / "ab_sustained.md").read_text()
     assert "| fixed-16k | fp8_mixed | sustained | 13.600 / 13.600 (median 13.600) | 14.000 / 14.000 (median 14.000) | +2.9 % (every round above) |" in summary
     bundle = json.loads((tmp_path / "o" / "ab_sustained_runs.json").read_text())
