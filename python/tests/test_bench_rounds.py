@@ -1,7 +1,8 @@
 """The harness's timing rounds (flamia.bench.Timer.run) on stand-in implementations and a
 stand-in CUDA event clock (no GPU): the implementations take turns every round, each round in
 its own order; each phase's time is the median over the rounds, each round's time kept beside
-it; one that raises leaves the rounds with its error while the others are still timed."""
+it; one that raises leaves the rounds with its error while the others are still timed; the
+sustained runs (--sustained) come after the rounds, each from its own medians."""
 import types
 
 import pytest
@@ -93,3 +94,17 @@ def test_a_raising_implementation_leaves_the_rounds_with_its_error():
     assert res[0] == {"error": "RuntimeError: a bwd failed"}
     assert res[1]["step_ms"] == 10.0 and res[1]["rounds_ms"]["step"] == [10.0, 10.0]
     assert log.count("b.bwd") == 4 and "a.bwd" not in log  # b timed in both rounds, a in none after
+
+
+def test_sustained_runs_follow_every_round_with_each_ones_medians():
+    clock, log = Clock(), []
+    a = Stub("a", clock, log, {"fwd": 1.0, "bwd": 2.0})
+    b = Stub("b", clock, log, {"fwd": 4.0, "bwd": 6.0})
+    t = timer(clock, iters=2)
+    t.sustained_s = 1.0
+    t.sustained = lambda impl, step_ms, fwd_ms: (log.append(f"{impl.name}.sustained"),
+                                                 {"step_hint": step_ms, "fwd_hint": fwd_ms})[1]
+    res = t.run([a, b])
+    assert log[-2:] == ["a.sustained", "b.sustained"] and log.count("a.sustained") == 1
+    assert res[0]["sustained"] == {"step_hint": 3.0, "fwd_hint": 1.0}
+    assert res[1]["sustained"] == {"step_hint": 10.0, "fwd_hint": 4.0}
