@@ -8,9 +8,9 @@ subset (a result far off is reported as failed and not timed), then measures qua
 backward / step (= forward + backward) time with CUDA events (warm-up, median of --iters
 rounds in which the workload's implementations take turns, L2 flushed before each timed call)
 and TFLOPS as DESIGN.md section 4 counts them; for flamia also the bitwise causal and
-document-isolation properties. With --sustained SECONDS also steps and
-then forwards run back to back, with the board's energy a call and SM clock: at the power cap,
-a training run's state, which the median of single flushed calls reads before the cap bites.
+document-isolation properties. With --sustained SECONDS also steps and then forwards run back
+to back, with the board's energy a call and SM clock: at the power cap, a training run's
+state, which the median of single flushed calls reads before the cap bites.
 Baselines: torch SDPA's cuDNN backend (fixed-length), FlashAttention-2 varlen inside torch,
 FlexAttention, and through the cuDNN Python frontend (when `import cudnn` works) cuDNN's ragged
 THD BF16 path on every workload and cuDNN FP8 with per-tensor scales (BSHD on fixed-length
@@ -907,10 +907,10 @@ class Timer:
 
         def phases(impl: Impl):
             # (name, call, setup): setup's result is the call's argument, made untimed.
-            out = [("quant_ms", lambda _: impl.quant(), None)] if impl.has_quant else []
-            return out + [("fwd_ms", lambda _: impl.fwd(), None),
-                          ("bwd_ms", lambda st: impl.bwd(st), impl.fwd),
-                          ("step_ms", lambda _: impl.bwd(impl.fwd()), None)]
+            out = [("quant", lambda _: impl.quant(), None)] if impl.has_quant else []
+            return out + [("fwd", lambda _: impl.fwd(), None),
+                          ("bwd", lambda st: impl.bwd(st), impl.fwd),
+                          ("step", lambda _: impl.bwd(impl.fwd()), None)]
 
         events: List[Dict[str, list]] = [{} for _ in impls]
         keep: Dict[Tuple[int, str], Any] = {}  # each phase's last result: freed outside the timed calls
@@ -945,8 +945,8 @@ class Timer:
             # are says which differences a run resolves.
             samples = {name: [a.elapsed_time(b) for a, b in pairs] for name, pairs in events[i].items()}
             for name, ms in samples.items():
-                res[i][name] = statistics.median(ms)
-            res[i]["rounds_ms"] = {name[:-3]: [_r(x) for x in ms] for name, ms in samples.items()}
+                res[i][f"{name}_ms"] = statistics.median(ms)
+            res[i]["rounds_ms"] = {name: [_r(x) for x in ms] for name, ms in samples.items()}
             if self.sustained_s > 0:
                 res[i]["sustained"] = self.sustained(impl, res[i]["step_ms"], res[i]["fwd_ms"])
         return res
