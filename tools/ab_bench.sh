@@ -71,5 +71,7 @@ python3 "$ROOT/tools/ab_summary.py" --phases "${PHASES:-fwd,bwd,step}" --bundle 
   "${files[@]}" | tee "$OUT/ab_bench.md"
 # A device call returns few files: the per-round outputs and build logs (every run is also in
 # the bundle) go into one archive.
-(cd "$OUT" && tar -czf ab_rounds.tar.gz bench_*_round*.* *.build.log 2>/dev/null && rm -f bench_*_round*.* *.build.log)
+# Prebuilt trees leave no build log: only the files that exist go in.
+(cd "$OUT" && shopt -s nullglob && kept=(bench_*_round*.* *.build.log) &&
+  tar -czf ab_rounds.tar.gz "${kept[@]}" && rm -f "${kept[@]}")
 exit $status

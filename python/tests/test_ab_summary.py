@@ -194,3 +194,33 @@ def test_ab_trees_refuses_bad_names_and_settings(tmp_path):
             run = subprocess.run(["bash", str(ROOT / "tools" / script), *args], capture_output=True, text=True,
                                  env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o")})
             assert run.returncode == 2 and run.stdout.strip() == message, (script, args, run.stdout)
+
+
+def test_ab_bench_rotates_prebuilt_trees_and_archives_the_rounds(tmp_path):
+    # Prebuilt trees (no build, so no build logs): a stand-in flamia_bench in each prebuilt/
+    # logs its tree and writes a JSON whose step is the tree's; every per-round file must end
+    # up in ab_rounds.tar.gz, none left beside it (a device call returns few files).
+    import tarfile
+
+    for tree, step in (("ref", 13.0), ("v", 12.5)):
+        (tmp_path / tree / "prebuilt").mkdir(parents=True)
+        bench = tmp_path / tree / "prebuilt" / "flamia_bench"
+        bench.write_text(f"""#!/bin/bash
+[ "$1" = --list ] && exit 0
+json=$(echo "$@" | sed 's/.*--json \\([^ ]*\\).*/\\1/')
+echo '{{"records": [{{"workload": "fixed-16k", "recipe": "fp8", "ms": {{"fwd": 3.0, "bwd": 9.0, "step": {step}}}}}]}}' > "$json"
+echo {tree} >> "{tmp_path}/calls.txt"
+""")
+        bench.chmod(0o755)
+    out = tmp_path / "o"
+    run = subprocess.run(["bash", str(ROOT / "tools" / "ab_bench.sh"), str(tmp_path / "ref"), str(tmp_path / "v")],
+                         capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "OUT": str(out), "ROUNDS": "3", "WORKLOADS": "fixed-16k"})
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "calls.txt").read_text().split() == ["ref", "v", "v", "ref", "ref", "v"]
+    assert "| fixed-16k | fp8 | step | 13.000 / 13.000 / 13.000 (median 13.000) | 12.500 / 12.500 / 12.500 (median 12.500) | -3.8 % (every round below) |" \
+        in (out / "ab_bench.md").read_text()
+    with tarfile.open(out / "ab_rounds.tar.gz") as tar:
+        archived = sorted(tar.getnames())
+    assert archived == sorted(f"bench_{t}_round{r}.{x}" for t in ("ref", "v") for r in (1, 2, 3) for x in ("json", "txt"))
+    assert sorted(p.name for p in out.iterdir()) == ["ab_bench.md", "ab_bench_runs.json", "ab_rounds.tar.gz"]
