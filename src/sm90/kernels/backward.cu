@@ -60,6 +60,7 @@
 // launch/backward_options.cu.
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -739,7 +740,10 @@ cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, const StoredDsPla
     return err;
   a.ds_doc_base = doc_base;
   a.ds = ds;
-  if (plan.buffers == 2) return launch_slabs_beside<D, kMixed>(a, plan, ds, stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if ((err = cudaStreamIsCapturing(stream, &capture)) != cudaSuccess) return err;
+  if (plan.buffers == 2 && capture == cudaStreamCaptureStatusNone)
+    return launch_slabs_beside<D, kMixed>(a, plan, ds, stream);
   const int group = a.hq / a.hkv;
   const order::Slabs slabs = order::stored_ds_slabs(a.hkv, plan.slab);
   for (int i = 0, hk0 = 0; i < slabs.count; ++i, hk0 += a.ds_hkv) {
@@ -755,23 +759,45 @@ cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, const StoredDsPla
   return cudaSuccess;
 }
 
-// Slab i's dS in buffer i % 2: its dK/dV pass in the caller's stream, its GEMM in a second
-// stream of higher priority (so that its CTAs take the SMs the pass's CTAs leave as they
-// finish), after the pass (event). Slab i + 2's pass waits for slab i's GEMM (its buffer);
-// the caller's stream waits for the last GEMM. The stream and events are the call's own, so
-// that calls from several host threads cannot cross their waits; destroyed once enqueued
-// (their resources go when their work completes). Launches after a wait on the other stream
-// are plain (no programmatic overlap across an event).
+// The second stream of launch_slabs_beside: one per device, made on first use and kept (a
+// call's own stream would cost its creation every call), of the highest priority, so that
+// the GEMM's CTAs take the SMs the pass's CTAs leave as they finish. Calls from several host
+// threads may share it: each call's order comes from its own events.
+cudaError_t side_stream(cudaStream_t* out) {
+  static std::atomic<cudaStream_t> streams[64] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= 64) return cudaErrorInvalidDevice;
+  if ((*out = streams[device].load(std::memory_order_acquire)) != nullptr) return cudaSuccess;
+  int least = 0, greatest = 0;
+  cudaStream_t made = nullptr;
+  if ((err = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess ||
+      (err = cudaStreamCreateWithPriority(&made, cudaStreamNonBlocking, greatest)) != cudaSuccess)
+    return err;
+  cudaStream_t expected = nullptr;
+  if (!streams[device].compare_exchange_strong(expected, made, std::memory_order_acq_rel)) {
+    (void)cudaStreamDestroy(made);  // another thread's came first
+    made = expected;
+  }
+  *out = made;
+  return cudaSuccess;
+}
+
+// Slab i's dS in buffer i % 2: its dK/dV pass in the caller's stream, its GEMM in the side
+// stream after the pass (an event). Slab i + 2's pass waits for slab i's GEMM (its buffer);
+// the caller's stream waits for the last GEMM. Launches after a wait on the other stream are
+// plain (no programmatic overlap across an event). The events are the call's own, destroyed
+// once enqueued (their resources go when their work completes). A stream being captured
+// into a graph takes the one-buffer order instead.
 template <int D, bool kMixed>
 cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, uint8_t* ds, cudaStream_t stream) {
   constexpr int kDkdvSmem = DkdvSmem<D, kMixed, false, true>::kAlloc, kDqSmem = DqStoredSmem<D, kMixed>::kAlloc;
   const int group = a.hq / a.hkv;
   const order::Slabs slabs = order::stored_ds_slabs(a.hkv, plan.slab);
-  int least = 0, greatest = 0;
-  cudaError_t err = cudaDeviceGetStreamPriorityRange(&least, &greatest);
   cudaStream_t side = nullptr;
   cudaEvent_t pass_done[2] = {}, gemm_done[2] = {};
-  if (err == cudaSuccess) err = cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, greatest);
+  cudaError_t err = side_stream(&side);
   for (int b = 0; b < 2 && err == cudaSuccess; ++b) {
     err = cudaEventCreateWithFlags(&pass_done[b], cudaEventDisableTiming);
     if (err == cudaSuccess) err = cudaEventCreateWithFlags(&gemm_done[b], cudaEventDisableTiming);
@@ -797,7 +823,6 @@ cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, uint8_t* ds
     if (pass_done[b] != nullptr) (void)cudaEventDestroy(pass_done[b]);
     if (gemm_done[b] != nullptr) (void)cudaEventDestroy(gemm_done[b]);
   }
-  if (side != nullptr) (void)cudaStreamDestroy(side);
   return err;
 }
 
