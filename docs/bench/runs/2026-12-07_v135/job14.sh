@@ -6,7 +6,8 @@
 # then one build, unset against FLAMIA_BWD_DS_OVERLAP=1 (also with FLAMIA_BWD_DS_MIB=1024: two
 # buffers in about the one-buffer default's bytes), alternated rounds (tools/env_ab.sh),
 # fp8_mixed (whose default at D = 128 is the stored dS), phases bwd, step.
-# LIMIT: the seconds the call may take (default 560); AB_ROUNDS (default 4). Carried: .ab/v135.
+# LIMIT: the seconds the call may take (default 560); AB_ROUNDS (default 4); SUITE_S, MEMCHECK_S: the
+# suite's and memcheck's limits (default 200, 150). Carried: .ab/v135.
 set -uo pipefail
 : "${OUT:?}"
 T0=$(date +%s)
@@ -14,12 +15,12 @@ el() { echo $(( $(date +%s) - T0 )); }
 H=.ab/v135/prebuilt
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee $OUT/gpu.txt
 date -u +%Y-%m-%dT%H:%M:%SZ | tee -a $OUT/gpu.txt; cat $H/COMMIT | tee -a $OUT/gpu.txt
-FLAMIA_BWD_DS_OVERLAP=1 timeout 200 $H/flamia_gpu_tests > $OUT/suite.txt 2>&1
+FLAMIA_BWD_DS_OVERLAP=1 timeout ${SUITE_S:-200} $H/flamia_gpu_tests > $OUT/suite.txt 2>&1
 echo "suite (overlap on) rc $? at $(el) s: $(grep -E '^\[  (PASSED|SKIPPED|FAILED)  \]' $OUT/suite.txt | tr '\n' ' ')"
 grep -E '^\[  FAILED  \]' $OUT/suite.txt | head -8
 grep -E '^\[  (PASSED|SKIPPED|FAILED)  \]|^\[  FAILED|^\[       OK \] (StoredDq|GraphCapture)' $OUT/suite.txt > $OUT/suite.short.txt
 rm -f $OUT/suite.txt
-FLAMIA_BWD_DS_OVERLAP=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 1 $H/flamia_gpu_tests \
+FLAMIA_BWD_DS_OVERLAP=1 timeout ${MEMCHECK_S:-150} compute-sanitizer --tool memcheck --error-exitcode 1 $H/flamia_gpu_tests \
   --gtest_filter='StoredDq*:GraphCapture.ReplayedBackward*:*DocumentIsolation*fp8_mixed_D128*' > $OUT/memcheck.txt 2>&1
 echo "memcheck rc $? at $(el) s: $(grep 'ERROR SUMMARY' $OUT/memcheck.txt | tail -1)"
 grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' $OUT/memcheck.txt > $OUT/memcheck.short.txt; rm -f $OUT/memcheck.txt
