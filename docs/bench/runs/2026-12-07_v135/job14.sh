@@ -7,7 +7,7 @@
 # buffers in about the one-buffer default's bytes), alternated rounds (tools/env_ab.sh),
 # fp8_mixed (whose default at D = 128 is the stored dS), phases bwd, step.
 # LIMIT: the seconds the call may take (default 560); AB_ROUNDS (default 4); SUITE_S, MEMCHECK_S: the
-# suite's and memcheck's limits (default 200, 150). Carried: .ab/v135.
+# suite's and memcheck's limits (default 200, 150); SUITE_FILTER: the suite's gtest filter (default all). Carried: .ab/v135.
 set -uo pipefail
 : "${OUT:?}"
 T0=$(date +%s)
@@ -15,7 +15,7 @@ el() { echo $(( $(date +%s) - T0 )); }
 H=.ab/v135/prebuilt
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee $OUT/gpu.txt
 date -u +%Y-%m-%dT%H:%M:%SZ | tee -a $OUT/gpu.txt; cat $H/COMMIT | tee -a $OUT/gpu.txt
-FLAMIA_BWD_DS_OVERLAP=1 timeout ${SUITE_S:-200} $H/flamia_gpu_tests > $OUT/suite.txt 2>&1
+FLAMIA_BWD_DS_OVERLAP=1 timeout ${SUITE_S:-200} $H/flamia_gpu_tests --gtest_filter="${SUITE_FILTER:-*}" > $OUT/suite.txt 2>&1
 echo "suite (overlap on) rc $? at $(el) s: $(grep -E '^\[  (PASSED|SKIPPED|FAILED)  \]' $OUT/suite.txt | tr '\n' ' ')"
 grep -E '^\[  FAILED  \]' $OUT/suite.txt | head -8
 grep -E '^\[  (PASSED|SKIPPED|FAILED)  \]|^\[  FAILED|^\[       OK \] (StoredDq|GraphCapture)' $OUT/suite.txt > $OUT/suite.short.txt
