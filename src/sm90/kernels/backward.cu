@@ -25,7 +25,8 @@
 //    with FLAMIA_BWD_DQ=hbm) has the dK/dV pass store dQ's operand of every tile pair
 //    (fp8_mixed's bf16(dS), fp8's codes and rho) and replaces this kernel by a GEMM over it
 //    (dq_stored_kernel; the same bits, 2 or 1.06 bytes a score of workspace, in slabs of
-//    heads: stored_ds_plan). FLAMIA_BWD_DQ=fused (fp8_mixed, D = 128) forms dQ inside the
+//    heads: stored_ds_plan; with FLAMIA_BWD_DS_OVERLAP=1 two slab buffers, a slab's GEMM on a
+//    second stream beside the next slab's pass). FLAMIA_BWD_DQ=fused (fp8_mixed, D = 128) forms dQ inside the
 //    dK/dV pass by FP32 reductions instead (no dQ kernel; not deterministic).
 // Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the products
 // reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major core

@@ -1,6 +1,6 @@
 // The backward's run-time options and its workspace plan (host code): which dQ path a call
-// takes (FLAMIA_BWD_DQ, FLAMIA_BWD_DS_MIB) and how many bytes of workspace the stored dS
-// needs (stored_ds_plan). The kernels and the dispatch: kernels/backward.cu.
+// takes (FLAMIA_BWD_DQ, FLAMIA_BWD_DS_MIB, FLAMIA_BWD_DS_OVERLAP) and how many bytes of
+// workspace the stored dS needs (stored_ds_plan). The kernels and the dispatch: kernels/backward.cu.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -43,7 +43,9 @@ bool backward_dq_stored(flamia_recipe recipe, int head_dim) {
 bool backward_dq_stored_required() { return dq_option_is("hbm"); }
 
 // FLAMIA_BWD_DS_OVERLAP=1: two slab buffers, each slab's dQ GEMM on a second stream beside the
-// next slab's dK/dV pass (the GEMM reads HBM, the pass keeps the tensor cores busy).
+// next slab's dK/dV pass (the GEMM reads HBM, the pass keeps the tensor cores busy). Off by
+// default: it pays where the GEMM is a large share (llama8b-pack's GQA group: step −2.3 %),
+// not at fixed length, for one slab more of workspace (docs/PERFORMANCE.md v135).
 bool backward_ds_overlap() {
   const char* v = std::getenv("FLAMIA_BWD_DS_OVERLAP");
   return v != nullptr && std::strcmp(v, "1") == 0;
