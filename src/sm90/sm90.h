@@ -64,7 +64,9 @@ struct StoredDsPlan {
   int64_t head_tiles = 0;  // tiles a query head's run holds (a bound over every document)
   int slab = 0;            // kv heads a slab (0: the mode is off)
   size_t base_bytes = 0;   // the documents' first tiles (int64 each), before the runs
-  size_t bytes = 0;        // the workspace part: base_bytes + one slab's runs
+  size_t slab_bytes = 0;   // one slab's runs
+  int buffers = 1;         // slabs' buffers: 2 where a slab's dQ GEMM runs beside the next slab's dK/dV
+  size_t bytes = 0;        // the workspace part: base_bytes + buffers slabs' runs
 };
 StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                             flamia_recipe recipe, int max_seqlen, bool causal);

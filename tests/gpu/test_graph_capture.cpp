@@ -2,8 +2,9 @@
 // capture them): their launches that may overlap the one before them (programmatic dependent
 // launch) become the graph's programmatic edges, and the replayed graph must give the eager
 // call's bits — the forward quantizing itself and on a filled qkv8, the backward's stored dS
-// slabs (fp8_mixed, D = 128, several slabs) and its recomputing passes (fp8, and D = 64), with
-// the overlap on and off (FLAMIA_PDL=0).
+// slabs (fp8_mixed, D = 128, several slabs; also with FLAMIA_BWD_DS_OVERLAP=1, which a capture
+// leaves in the one-buffer order) and its recomputing passes (fp8, and D = 64), with the
+// overlap on and off (FLAMIA_PDL=0).
 #if defined(FLAMIA_WITH_CUDA)
 
 #include <cuda_runtime.h>
@@ -131,9 +132,11 @@ TEST(GraphCapture, ReplayedBackwardGivesTheEagerBits) {
   for (const char* pdl : {static_cast<const char*>(nullptr), "0"}) {
     ScopedEnv overlap("FLAMIA_PDL", pdl);
     SCOPED_TRACE(std::string("FLAMIA_PDL=") + (pdl != nullptr ? pdl : "(unset)"));
-    {
-      // The stored dS in slabs of one kv head (four slabs of GEMM and dK/dV launches).
+    for (const char* beside : {static_cast<const char*>(nullptr), "1"}) {
+      // The stored dS in slabs of one kv head (four slabs of GEMM and dK/dV launches); with
+      // FLAMIA_BWD_DS_OVERLAP=1 a captured call keeps the one-buffer order in its own stream.
       ScopedEnv budget("FLAMIA_BWD_DS_MIB", "1");
+      ScopedEnv two_buffers("FLAMIA_BWD_DS_OVERLAP", beside);
       expect_graph_replay_bitwise(make(FLAMIA_RECIPE_FP8_MIXED, 128), 61, true, pdl == nullptr);
     }
     expect_graph_replay_bitwise(make(FLAMIA_RECIPE_FP8, 128), 62, false, pdl == nullptr);

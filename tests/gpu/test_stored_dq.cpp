@@ -5,8 +5,8 @@
 // and dK, dV are computed as before: all three must be bitwise the recomputing backward's
 // (FLAMIA_BWD_DQ=recompute), for both recipes, at head dims 128 and 64, with GQA, causal and
 // not, documents at the 64-token edges, q_start, heads in slabs (their launches overlapped or
-// not); the default must store only where the workspace holds the tiles, and hbm must refuse a
-// workspace that does not.
+// not, one slab buffer or two); the default must store only where the workspace holds the
+// tiles, and hbm must refuse a workspace that does not.
 #if defined(FLAMIA_WITH_CUDA)
 
 #include <cstdlib>
@@ -136,6 +136,43 @@ TEST(StoredDqSlabs, OverlappedLaunchesKeepEachSlabsTiles) {
       c.hq = c.hkv = 8;
       expect_bitwise(c, 34, "1");
     }
+  }
+}
+
+// FLAMIA_BWD_DS_OVERLAP=1: two slab buffers, each slab's GEMM on a second stream beside the
+// next slab's dK/dV pass, slab i + 2's pass only after slab i's GEMM has read buffer i % 2.
+// Eight slabs of one kv head, each launch of fewer CTAs than the GPU has SMs (so that the two
+// streams' kernels run side by side): the workspace one slab larger than without the switch,
+// the second buffer written, and bitwise the recomputing backward.
+TEST(StoredDqSlabs, TwoBuffersTheGemmBesideTheNextPass) {
+  for (const bool mixed : {true, false}) {
+    Case c;
+    c.cu = cu_from_lengths({2048, 1536, 448, 64});
+    c.recipe = mixed ? FLAMIA_RECIPE_FP8_MIXED : FLAMIA_RECIPE_FP8;
+    c.hq = c.hkv = 8;
+    const Inputs in = make_inputs(c, 35);
+    FwdResult f;
+    BwdResult want, got;
+    {
+      DqEnv recompute("recompute");
+      GpuRunner r(c);
+      ASSERT_EQ(r.forward_backward(in, &f, &want), FLAMIA_SUCCESS) << flamia_last_error();
+    }
+    DqEnv stored("hbm");
+    ScopedEnv budget("FLAMIA_BWD_DS_MIB", "1");
+    size_t one_buffer = 0;
+    {
+      GpuRunner r(c);
+      one_buffer = r.workspace_bytes();
+    }
+    ScopedEnv beside("FLAMIA_BWD_DS_OVERLAP", "1");
+    GpuRunner r(c);
+    ASSERT_GT(r.workspace_bytes(), one_buffer) << "no second slab buffer sized";
+    ASSERT_EQ(r.forward_backward(in, &f, &got), FLAMIA_SUCCESS) << flamia_last_error();
+    EXPECT_GT(r.workspace_bytes_written_from(one_buffer), 0u) << "the second buffer was not written";
+    EXPECT_EQ(got.dq, want.dq) << "dQ";
+    EXPECT_EQ(got.dk, want.dk) << "dK";
+    EXPECT_EQ(got.dv, want.dv) << "dV";
   }
 }
 

@@ -25,7 +25,8 @@
 //    with FLAMIA_BWD_DQ=hbm) has the dK/dV pass store dQ's operand of every tile pair
 //    (fp8_mixed's bf16(dS), fp8's codes and rho) and replaces this kernel by a GEMM over it
 //    (dq_stored_kernel; the same bits, 2 or 1.06 bytes a score of workspace, in slabs of
-//    heads: stored_ds_plan). FLAMIA_BWD_DQ=fused (fp8_mixed, D = 128) forms dQ inside the
+//    heads: stored_ds_plan; with FLAMIA_BWD_DS_OVERLAP=1 two slab buffers, a slab's GEMM on a
+//    second stream beside the next slab's pass). FLAMIA_BWD_DQ=fused (fp8_mixed, D = 128) forms dQ inside the
 //    dK/dV pass by FP32 reductions instead (no dQ kernel; not deterministic).
 // Operand tiles. A CTA's own rows (K, V for dK/dV; Q, dO for dQ: the A operands of the products
 // reduced over D) are loaded once by cp.async into ScoreTiles (64 tokens x D, K-major core
@@ -60,6 +61,7 @@
 // launch/backward_options.cu.
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -716,14 +718,20 @@ cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// The stored dS: the documents' bases, then per slab of at most `slab` kv heads the
-// dK/dV pass (writes the slab's dS) and the dQ GEMM (reads it); the next slab's dK/dV waits
-// for this slab's GEMM before it writes dS, so one buffer serves every slab. The heads are
-// dealt out evenly (order::stored_ds_slabs). Each launch may start beside the one before it
-// (launch_kernel; in its last wave, or beside the one-block ds_doc_bases): its CTAs set up and
-// load what does not depend on that launch, then wait for it.
+// The stored dS: the documents' bases, then per slab of at most plan.slab kv heads the
+// dK/dV pass (writes the slab's dS) and the dQ GEMM (reads it). The heads are dealt out
+// evenly (order::stored_ds_slabs). With one buffer (plan.buffers == 1) the next slab's dK/dV
+// waits for this slab's GEMM before it writes dS, all in the caller's stream, and each launch
+// may start beside the one before it (launch_kernel; in its last wave, or beside the one-block
+// ds_doc_bases): its CTAs set up and load what does not depend on that launch, then wait for
+// it. With two (launch_slabs_beside) slab i's GEMM runs on a second stream beside slab i + 1's
+// dK/dV pass.
 template <int D, bool kMixed>
-cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t* doc_base, cudaStream_t stream) {
+cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, uint8_t* ds, cudaStream_t stream);
+
+template <int D, bool kMixed>
+cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, const StoredDsPlan& plan, uint8_t* ds,
+                                      int64_t* doc_base, cudaStream_t stream) {
   constexpr int kDkdvSmem = DkdvSmem<D, kMixed, false, true>::kAlloc, kDqSmem = DqStoredSmem<D, kMixed>::kAlloc;
   cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM((dkdv_kernel<D, kMixed, false, true>), kDkdvSmem);
   if (err == cudaSuccess) err = FLAMIA_ALLOW_DYNAMIC_SMEM((dq_stored_kernel<D, kMixed>), kDqSmem);
@@ -732,8 +740,13 @@ cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t
                            doc_base)) != cudaSuccess)
     return err;
   a.ds_doc_base = doc_base;
+  a.ds = ds;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if ((err = cudaStreamIsCapturing(stream, &capture)) != cudaSuccess) return err;
+  if (plan.buffers == 2 && capture == cudaStreamCaptureStatusNone)
+    return launch_slabs_beside<D, kMixed>(a, plan, ds, stream);
   const int group = a.hq / a.hkv;
-  const order::Slabs slabs = order::stored_ds_slabs(a.hkv, slab);
+  const order::Slabs slabs = order::stored_ds_slabs(a.hkv, plan.slab);
   for (int i = 0, hk0 = 0; i < slabs.count; ++i, hk0 += a.ds_hkv) {
     a.ds_hk0 = hk0;
     a.ds_hkv = slabs.heads(i);
@@ -745,6 +758,73 @@ cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, int slab, int64_t
       return err;
   }
   return cudaSuccess;
+}
+
+// The second stream of launch_slabs_beside: one per device, made on first use and kept (a
+// call's own stream would cost its creation every call), of the highest priority, so that
+// the GEMM's CTAs take the SMs the pass's CTAs leave as they finish. Calls from several host
+// threads may share it: each call's order comes from its own events.
+cudaError_t side_stream(cudaStream_t* out) {
+  static std::atomic<cudaStream_t> streams[64] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= 64) return cudaErrorInvalidDevice;
+  if ((*out = streams[device].load(std::memory_order_acquire)) != nullptr) return cudaSuccess;
+  int least = 0, greatest = 0;
+  cudaStream_t made = nullptr;
+  if ((err = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess ||
+      (err = cudaStreamCreateWithPriority(&made, cudaStreamNonBlocking, greatest)) != cudaSuccess)
+    return err;
+  cudaStream_t expected = nullptr;
+  if (!streams[device].compare_exchange_strong(expected, made, std::memory_order_acq_rel)) {
+    (void)cudaStreamDestroy(made);  // another thread's came first
+    made = expected;
+  }
+  *out = made;
+  return cudaSuccess;
+}
+
+// Slab i's dS in buffer i % 2: its dK/dV pass in the caller's stream, its GEMM in the side
+// stream after the pass (an event). Slab i + 2's pass waits for slab i's GEMM (its buffer);
+// the caller's stream waits for the last GEMM. Launches after a wait on the other stream are
+// plain (no programmatic overlap across an event). The events are the call's own, destroyed
+// once enqueued (their resources go when their work completes). A stream being captured
+// into a graph takes the one-buffer order instead.
+template <int D, bool kMixed>
+cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, uint8_t* ds, cudaStream_t stream) {
+  constexpr int kDkdvSmem = DkdvSmem<D, kMixed, false, true>::kAlloc, kDqSmem = DqStoredSmem<D, kMixed>::kAlloc;
+  const int group = a.hq / a.hkv;
+  const order::Slabs slabs = order::stored_ds_slabs(a.hkv, plan.slab);
+  cudaStream_t side = nullptr;
+  cudaEvent_t pass_done[2] = {}, gemm_done[2] = {};
+  cudaError_t err = side_stream(&side);
+  for (int b = 0; b < 2 && err == cudaSuccess; ++b) {
+    err = cudaEventCreateWithFlags(&pass_done[b], cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&gemm_done[b], cudaEventDisableTiming);
+  }
+  for (int i = 0, hk0 = 0; i < slabs.count && err == cudaSuccess; ++i, hk0 += a.ds_hkv) {
+    const int b = i & 1;
+    a.ds_hk0 = hk0;
+    a.ds_hkv = slabs.heads(i);
+    a.ds = ds + size_t(b) * plan.slab_bytes;
+    if (i >= 2 && (err = cudaStreamWaitEvent(stream, gemm_done[b], 0)) != cudaSuccess) break;
+    if ((err = launch_kernel(dkdv_kernel<D, kMixed, false, true>, unsigned(int64_t(a.work.capacity) * a.ds_hkv),
+                             kDkdvThreads, kDkdvSmem, stream, i < 2, a)) != cudaSuccess)
+      break;
+    if ((err = cudaEventRecord(pass_done[b], stream)) != cudaSuccess) break;
+    if ((err = cudaStreamWaitEvent(side, pass_done[b], 0)) != cudaSuccess) break;
+    if ((err = launch_kernel(dq_stored_kernel<D, kMixed>, unsigned(int64_t(a.work.capacity) * a.ds_hkv * group),
+                             kDqThreads, kDqSmem, side, false, a)) != cudaSuccess)
+      break;
+    if ((err = cudaEventRecord(gemm_done[b], side)) != cudaSuccess) break;
+  }
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(stream, gemm_done[(slabs.count - 1) & 1], 0);
+  for (int b = 0; b < 2; ++b) {
+    if (pass_done[b] != nullptr) (void)cudaEventDestroy(pass_done[b]);
+    if (gemm_done[b] != nullptr) (void)cudaEventDestroy(gemm_done[b]);
+  }
+  return err;
 }
 
 // The maps of the streamed tiles. Row tiles: 64 tokens of one head of a natural [T][H][D]
@@ -851,12 +931,11 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
   a.dq = static_cast<uint16_t*>(dq);
   a.dq_acc = fused ? reinterpret_cast<float*>(ws + ws_layout.dq_acc) : nullptr;
   int64_t* ds_doc_base = nullptr;
-  int ds_slab = 0;
+  uint8_t* ds = nullptr;
   if (stored) {
     ds_doc_base = reinterpret_cast<int64_t*>(ws + ws_layout.ds);
-    a.ds = ws + ws_layout.ds + plan.base_bytes;
+    ds = ws + ws_layout.ds + plan.base_bytes;
     a.ds_head_tiles = plan.head_tiles;
-    ds_slab = plan.slab;
   }
   a.dk = static_cast<uint16_t*>(dk);
   a.dv = static_cast<uint16_t*>(dv);
@@ -889,10 +968,10 @@ cudaError_t backward(const Params& p, const void* dout, int64_t dout_stride_t, i
     err = launch_backward_fused_dq(a, p.stream);
   else if (stored)
     err = p.head_dim == 64
-              ? (mixed ? launch_backward_stored_dq<64, true>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
-                       : launch_backward_stored_dq<64, false>(a, p.num_docs, ds_slab, ds_doc_base, p.stream))
-              : (mixed ? launch_backward_stored_dq<128, true>(a, p.num_docs, ds_slab, ds_doc_base, p.stream)
-                       : launch_backward_stored_dq<128, false>(a, p.num_docs, ds_slab, ds_doc_base, p.stream));
+              ? (mixed ? launch_backward_stored_dq<64, true>(a, p.num_docs, plan, ds, ds_doc_base, p.stream)
+                       : launch_backward_stored_dq<64, false>(a, p.num_docs, plan, ds, ds_doc_base, p.stream))
+              : (mixed ? launch_backward_stored_dq<128, true>(a, p.num_docs, plan, ds, ds_doc_base, p.stream)
+                       : launch_backward_stored_dq<128, false>(a, p.num_docs, plan, ds, ds_doc_base, p.stream));
   else if (p.head_dim == 64)
     err = mixed ? launch_backward<64, true>(a, p.stream) : launch_backward<64, false>(a, p.stream);
   else

@@ -1,10 +1,11 @@
 // The backward's run-time options and its workspace plan (host code): which dQ path a call
-// takes (FLAMIA_BWD_DQ, FLAMIA_BWD_DS_MIB) and how many bytes of workspace the stored dS
-// needs (stored_ds_plan). The kernels and the dispatch: kernels/backward.cu.
+// takes (FLAMIA_BWD_DQ, FLAMIA_BWD_DS_MIB, FLAMIA_BWD_DS_OVERLAP) and how many bytes of
+// workspace the stored dS needs (stored_ds_plan). The kernels and the dispatch: kernels/backward.cu.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
+#include "common/work_order.h"
 #include "quantize/layout.cuh"
 #include "sm90/collective/bwd_plan.cuh"
 #include "sm90/sm90.h"
@@ -41,6 +42,15 @@ bool backward_dq_stored(flamia_recipe recipe, int head_dim) {
 
 bool backward_dq_stored_required() { return dq_option_is("hbm"); }
 
+// FLAMIA_BWD_DS_OVERLAP=1: two slab buffers, each slab's dQ GEMM on a second stream beside the
+// next slab's dK/dV pass (the GEMM reads HBM, the pass keeps the tensor cores busy). Off by
+// default: it pays where the GEMM is a large share (llama8b-pack's GQA group: step −2.3 %),
+// not at fixed length, for one slab more of workspace (docs/PERFORMANCE.md v135).
+bool backward_ds_overlap() {
+  const char* v = std::getenv("FLAMIA_BWD_DS_OVERLAP");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int hkv, int head_dim,
                             flamia_recipe recipe, int max_seqlen, bool causal) {
   StoredDsPlan plan;
@@ -76,7 +86,9 @@ StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int 
   const int slabs = (hkv + most - 1) / most;
   plan.slab = (hkv + slabs - 1) / slabs;
   plan.base_bytes = quant::round_up(num_docs * int64_t(sizeof(int64_t)), 256);
-  plan.bytes = plan.base_bytes + size_t(plan.slab) * group * head_bytes;
+  plan.slab_bytes = size_t(plan.slab) * group * head_bytes;
+  plan.buffers = backward_ds_overlap() && order::stored_ds_slabs(hkv, plan.slab).count > 1 ? 2 : 1;
+  plan.bytes = plan.base_bytes + size_t(plan.buffers) * plan.slab_bytes;
   return plan;
 }
 
