@@ -135,8 +135,8 @@ size_t flamia_backward_workspace_bytes(int64_t total_tokens, int64_t num_docs, i
  * by default; every call with FLAMIA_BWD_DQ=hbm; none with FLAMIA_BWD_DQ=recompute), room
  * for dQ's operand of every tile pair: 2 bytes per score with fp8_mixed, ~1.06 with fp8, in
  * slabs of kv heads (the fewest that give the dK/dV pass ~six waves of CTAs, at most
- * FLAMIA_BWD_DS_MIB MiB, default 2048, at least one kv head),
- * bounded from max_seqlen and causal. The backward uses the stored dS when the workspace it
+ * FLAMIA_BWD_DS_MIB MiB, default 2048, at least one kv head; two slabs' room with
+ * FLAMIA_BWD_DS_OVERLAP=1 where there are two slabs or more), bounded from max_seqlen and causal. The backward uses the stored dS when the workspace it
  * is given is at least this size; the gradients are bitwise the same either way. Validates
  * args as flamia_backward does; 0 for host calls (no workspace), for invalid args or a
  * FLAMIA_BWD_DQ that is no option (flamia_last_error() says why) and in a build without

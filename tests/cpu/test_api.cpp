@@ -743,6 +743,16 @@ TEST(Api, WorkspaceForTheCallSizesTheStoredDs) {
   setenv("FLAMIA_BWD_DS_MIB", "1024", 1);
   EXPECT_EQ(sized(32768, 2, 16, 16, 16384), 256 + run(32768, 2, 16384)) << "fixed-16k within 1 GiB: one";
   unsetenv("FLAMIA_BWD_DS_MIB");
+  // FLAMIA_BWD_DS_OVERLAP=1: a second slab buffer where there are two slabs or more; one slab
+  // (the small call above: both kv heads in one) keeps one buffer. Any other value is off.
+  setenv("FLAMIA_BWD_DS_OVERLAP", "1", 1);
+  EXPECT_EQ(sized(32768, 2, 16, 16, 16384), 256 + 2 * 3 * run(32768, 2, 16384)) << "fixed-16k: two slabs' buffers";
+  EXPECT_EQ(sized(65536, 45, 32, 8, 7428), 512 + 2 * 4 * ((int64_t(1069) * 118 + 1) / 2) * size_t(8192))
+      << "llama8b-pack: two one-kv-head buffers";
+  EXPECT_EQ(sized(1000, 3, 8, 2, 500), both_heads - mixed) << "one slab: one buffer";
+  setenv("FLAMIA_BWD_DS_OVERLAP", "yes", 1);
+  EXPECT_EQ(sized(32768, 2, 16, 16, 16384), 256 + 3 * run(32768, 2, 16384)) << "only 1 turns it on";
+  unsetenv("FLAMIA_BWD_DS_OVERLAP");
   // Host calls need no workspace; invalid arguments give 0 and name what is wrong.
   EXPECT_EQ(flamia_backward_workspace_bytes_for(&c.args), 0u);
   EXPECT_EQ(flamia_backward_workspace_bytes_for(nullptr), 0u);
