@@ -30,7 +30,8 @@ the others do not), bitwise the same outputs and gradients, a slower backward (R
 - the backward runs in the workspace every call needs (flamia_backward_workspace_bytes)
   instead of the one that also holds the stored dS (flamia_backward_workspace_bytes_for), so
   at head dim 128 dS is recomputed for dQ rather than stored: no slab (up to
-  FLAMIA_BWD_DS_MIB, default 2 GiB; 755 MiB in a model's step at 64k-token packs);
+  FLAMIA_BWD_DS_MIB, default 2 GiB; 755 MiB in a model's step at 64k-token packs; two
+  slabs with FLAMIA_BWD_DS_OVERLAP=1);
 - autograd keeps the BF16 q, k, v instead of q, k and qkv8, and the backward quantizes them
   again (the same codes: each token's scale is its own row's): what is kept from the forward
   to the backward is then what a BF16 attention keeps, T·D·(Hq + Hkv) bytes less than by
