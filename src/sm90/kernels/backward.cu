@@ -741,10 +741,11 @@ cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, const StoredDsPla
     return err;
   a.ds_doc_base = doc_base;
   a.ds = ds;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if ((err = cudaStreamIsCapturing(stream, &capture)) != cudaSuccess) return err;
-  if (plan.buffers == 2 && capture == cudaStreamCaptureStatusNone)
-    return launch_slabs_beside<D, kMixed>(a, plan, ds, stream);
+  if (plan.buffers == 2) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if ((err = cudaStreamIsCapturing(stream, &capture)) != cudaSuccess) return err;
+    if (capture == cudaStreamCaptureStatusNone) return launch_slabs_beside<D, kMixed>(a, plan, ds, stream);
+  }
   const int group = a.hq / a.hkv;
   const order::Slabs slabs = order::stored_ds_slabs(a.hkv, plan.slab);
   for (int i = 0, hk0 = 0; i < slabs.count; ++i, hk0 += a.ds_hkv) {
@@ -787,10 +788,11 @@ cudaError_t side_stream(cudaStream_t* out) {
 
 // Slab i's dS in buffer i % 2: its dK/dV pass in the caller's stream, its GEMM in the side
 // stream after the pass (an event). Slab i + 2's pass waits for slab i's GEMM (its buffer);
-// the caller's stream waits for the last GEMM. Launches after a wait on the other stream are
-// plain (no programmatic overlap across an event). The events are the call's own, destroyed
-// once enqueued (their resources go when their work completes). A stream being captured
-// into a graph takes the one-buffer order instead.
+// the caller's stream waits for the last GEMM enqueued, also when a later step failed (so
+// that nothing of the call runs on after it returns). Launches after a wait on the other
+// stream are plain (no programmatic overlap across an event). The events are the call's own,
+// destroyed once enqueued (their resources go when their work completes). A stream being
+// captured into a graph takes the one-buffer order instead.
 template <int D, bool kMixed>
 cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, uint8_t* ds, cudaStream_t stream) {
   constexpr int kDkdvSmem = DkdvSmem<D, kMixed, false, true>::kAlloc, kDqSmem = DqStoredSmem<D, kMixed>::kAlloc;
@@ -803,6 +805,7 @@ cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, uint8_t* ds
     err = cudaEventCreateWithFlags(&pass_done[b], cudaEventDisableTiming);
     if (err == cudaSuccess) err = cudaEventCreateWithFlags(&gemm_done[b], cudaEventDisableTiming);
   }
+  int last_gemm = -1;  // buffer of the last GEMM whose completion is recorded
   for (int i = 0, hk0 = 0; i < slabs.count && err == cudaSuccess; ++i, hk0 += a.ds_hkv) {
     const int b = i & 1;
     a.ds_hk0 = hk0;
@@ -818,8 +821,12 @@ cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, uint8_t* ds
                              kDqThreads, kDqSmem, side, false, a)) != cudaSuccess)
       break;
     if ((err = cudaEventRecord(gemm_done[b], side)) != cudaSuccess) break;
+    last_gemm = b;
   }
-  if (err == cudaSuccess) err = cudaStreamWaitEvent(stream, gemm_done[(slabs.count - 1) & 1], 0);
+  if (last_gemm >= 0) {
+    const cudaError_t joined = cudaStreamWaitEvent(stream, gemm_done[last_gemm], 0);
+    if (err == cudaSuccess) err = joined;
+  }
   for (int b = 0; b < 2; ++b) {
     if (pass_done[b] != nullptr) (void)cudaEventDestroy(pass_done[b]);
     if (gemm_done[b] != nullptr) (void)cudaEventDestroy(gemm_done[b]);
