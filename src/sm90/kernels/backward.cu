@@ -718,17 +718,94 @@ cudaError_t launch_backward_fused_dq(const BwdArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// One slab's dK/dV pass (writes the slab's dS into a.ds) and its dQ GEMM (reads it), in
+// `stream`, started beside the kernel before them where `overlap` (launch_kernel).
+template <int D, bool kMixed>
+cudaError_t launch_slab_pass(const BwdArgs& a, cudaStream_t stream, bool overlap) {
+  return launch_kernel(dkdv_kernel<D, kMixed, false, true>, unsigned(int64_t(a.work.capacity) * a.ds_hkv),
+                       kDkdvThreads, DkdvSmem<D, kMixed, false, true>::kAlloc, stream, overlap, a);
+}
+template <int D, bool kMixed>
+cudaError_t launch_slab_gemm(const BwdArgs& a, cudaStream_t stream, bool overlap) {
+  return launch_kernel(dq_stored_kernel<D, kMixed>, unsigned(int64_t(a.work.capacity) * a.ds_hkv * (a.hq / a.hkv)),
+                       kDqThreads, DqStoredSmem<D, kMixed>::kAlloc, stream, overlap, a);
+}
+
+// The second stream of launch_slabs_beside: one per device, made on first use and kept (a
+// call's own stream would cost its creation every call), of the highest priority, so that
+// the GEMM's CTAs take the SMs the pass's CTAs leave as they finish. Calls from several host
+// threads may share it: each call's order comes from its own events.
+cudaError_t side_stream(cudaStream_t* out) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<cudaStream_t> streams[kMaxDevices] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  if ((*out = streams[device].load(std::memory_order_acquire)) != nullptr) return cudaSuccess;
+  int least = 0, greatest = 0;
+  cudaStream_t made = nullptr;
+  if ((err = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess ||
+      (err = cudaStreamCreateWithPriority(&made, cudaStreamNonBlocking, greatest)) != cudaSuccess)
+    return err;
+  cudaStream_t expected = nullptr;
+  if (!streams[device].compare_exchange_strong(expected, made, std::memory_order_acq_rel)) {
+    (void)cudaStreamDestroy(made);  // another thread's came first
+    made = expected;
+  }
+  *out = made;
+  return cudaSuccess;
+}
+
+// Two slab buffers: slab i's dS in buffer i % 2, its dK/dV pass in the caller's stream, its
+// GEMM in the side stream after the pass (an event). Slab i + 2's pass waits for slab i's
+// GEMM (its buffer); the caller's stream waits for the last GEMM enqueued, also when a later
+// step failed (so that nothing of the call runs on after it returns). Launches after a wait on
+// the other stream are plain (no programmatic overlap across an event). The events are the
+// call's own, destroyed once enqueued (their resources go when their work completes).
+template <int D, bool kMixed>
+cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, uint8_t* ds, cudaStream_t stream) {
+  const order::Slabs slabs = order::stored_ds_slabs(a.hkv, plan.slab);
+  cudaStream_t side = nullptr;
+  cudaEvent_t pass_done[2] = {}, gemm_done[2] = {};
+  cudaError_t err = side_stream(&side);
+  for (int b = 0; b < 2 && err == cudaSuccess; ++b) {
+    err = cudaEventCreateWithFlags(&pass_done[b], cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&gemm_done[b], cudaEventDisableTiming);
+  }
+  int last_gemm = -1;  // buffer of the last GEMM whose completion is recorded
+  for (int i = 0, hk0 = 0; i < slabs.count && err == cudaSuccess; ++i, hk0 += a.ds_hkv) {
+    const int b = i & 1;
+    a.ds_hk0 = hk0;
+    a.ds_hkv = slabs.heads(i);
+    a.ds = ds + size_t(b) * plan.slab_bytes;
+    if (i >= 2 && (err = cudaStreamWaitEvent(stream, gemm_done[b], 0)) != cudaSuccess) break;
+    if ((err = launch_slab_pass<D, kMixed>(a, stream, i < 2)) != cudaSuccess) break;
+    if ((err = cudaEventRecord(pass_done[b], stream)) != cudaSuccess) break;
+    if ((err = cudaStreamWaitEvent(side, pass_done[b], 0)) != cudaSuccess) break;
+    if ((err = launch_slab_gemm<D, kMixed>(a, side, false)) != cudaSuccess) break;
+    if ((err = cudaEventRecord(gemm_done[b], side)) != cudaSuccess) break;
+    last_gemm = b;
+  }
+  if (last_gemm >= 0) {
+    const cudaError_t joined = cudaStreamWaitEvent(stream, gemm_done[last_gemm], 0);
+    if (err == cudaSuccess) err = joined;
+  }
+  for (int b = 0; b < 2; ++b) {
+    if (pass_done[b] != nullptr) (void)cudaEventDestroy(pass_done[b]);
+    if (gemm_done[b] != nullptr) (void)cudaEventDestroy(gemm_done[b]);
+  }
+  return err;
+}
+
 // The stored dS: the documents' bases, then per slab of at most plan.slab kv heads the
 // dK/dV pass (writes the slab's dS) and the dQ GEMM (reads it). The heads are dealt out
 // evenly (order::stored_ds_slabs). With one buffer (plan.buffers == 1) the next slab's dK/dV
 // waits for this slab's GEMM before it writes dS, all in the caller's stream, and each launch
 // may start beside the one before it (launch_kernel; in its last wave, or beside the one-block
 // ds_doc_bases): its CTAs set up and load what does not depend on that launch, then wait for
-// it. With two (launch_slabs_beside) slab i's GEMM runs on a second stream beside slab i + 1's
-// dK/dV pass.
-template <int D, bool kMixed>
-cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, uint8_t* ds, cudaStream_t stream);
-
+// it. With two, launch_slabs_beside, except in a stream being captured into a graph, which
+// keeps the one-buffer order.
 template <int D, bool kMixed>
 cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, const StoredDsPlan& plan, uint8_t* ds,
                                       int64_t* doc_base, cudaStream_t stream) {
@@ -746,92 +823,15 @@ cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, const StoredDsPla
     if ((err = cudaStreamIsCapturing(stream, &capture)) != cudaSuccess) return err;
     if (capture == cudaStreamCaptureStatusNone) return launch_slabs_beside<D, kMixed>(a, plan, ds, stream);
   }
-  const int group = a.hq / a.hkv;
   const order::Slabs slabs = order::stored_ds_slabs(a.hkv, plan.slab);
   for (int i = 0, hk0 = 0; i < slabs.count; ++i, hk0 += a.ds_hkv) {
     a.ds_hk0 = hk0;
     a.ds_hkv = slabs.heads(i);
-    if ((err = launch_kernel(dkdv_kernel<D, kMixed, false, true>, unsigned(int64_t(a.work.capacity) * a.ds_hkv),
-                             kDkdvThreads, kDkdvSmem, stream, true, a)) != cudaSuccess)
-      return err;
-    if ((err = launch_kernel(dq_stored_kernel<D, kMixed>, unsigned(int64_t(a.work.capacity) * a.ds_hkv * group),
-                             kDqThreads, kDqSmem, stream, true, a)) != cudaSuccess)
+    if ((err = launch_slab_pass<D, kMixed>(a, stream, true)) != cudaSuccess ||
+        (err = launch_slab_gemm<D, kMixed>(a, stream, true)) != cudaSuccess)
       return err;
   }
   return cudaSuccess;
-}
-
-// The second stream of launch_slabs_beside: one per device, made on first use and kept (a
-// call's own stream would cost its creation every call), of the highest priority, so that
-// the GEMM's CTAs take the SMs the pass's CTAs leave as they finish. Calls from several host
-// threads may share it: each call's order comes from its own events.
-cudaError_t side_stream(cudaStream_t* out) {
-  static std::atomic<cudaStream_t> streams[64] = {};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  if (device < 0 || device >= 64) return cudaErrorInvalidDevice;
-  if ((*out = streams[device].load(std::memory_order_acquire)) != nullptr) return cudaSuccess;
-  int least = 0, greatest = 0;
-  cudaStream_t made = nullptr;
-  if ((err = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess ||
-      (err = cudaStreamCreateWithPriority(&made, cudaStreamNonBlocking, greatest)) != cudaSuccess)
-    return err;
-  cudaStream_t expected = nullptr;
-  if (!streams[device].compare_exchange_strong(expected, made, std::memory_order_acq_rel)) {
-    (void)cudaStreamDestroy(made);  // another thread's came first
-    made = expected;
-  }
-  *out = made;
-  return cudaSuccess;
-}
-
-// Slab i's dS in buffer i % 2: its dK/dV pass in the caller's stream, its GEMM in the side
-// stream after the pass (an event). Slab i + 2's pass waits for slab i's GEMM (its buffer);
-// the caller's stream waits for the last GEMM enqueued, also when a later step failed (so
-// that nothing of the call runs on after it returns). Launches after a wait on the other
-// stream are plain (no programmatic overlap across an event). The events are the call's own,
-// destroyed once enqueued (their resources go when their work completes). A stream being
-// captured into a graph takes the one-buffer order instead.
-template <int D, bool kMixed>
-cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, uint8_t* ds, cudaStream_t stream) {
-  constexpr int kDkdvSmem = DkdvSmem<D, kMixed, false, true>::kAlloc, kDqSmem = DqStoredSmem<D, kMixed>::kAlloc;
-  const int group = a.hq / a.hkv;
-  const order::Slabs slabs = order::stored_ds_slabs(a.hkv, plan.slab);
-  cudaStream_t side = nullptr;
-  cudaEvent_t pass_done[2] = {}, gemm_done[2] = {};
-  cudaError_t err = side_stream(&side);
-  for (int b = 0; b < 2 && err == cudaSuccess; ++b) {
-    err = cudaEventCreateWithFlags(&pass_done[b], cudaEventDisableTiming);
-    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&gemm_done[b], cudaEventDisableTiming);
-  }
-  int last_gemm = -1;  // buffer of the last GEMM whose completion is recorded
-  for (int i = 0, hk0 = 0; i < slabs.count && err == cudaSuccess; ++i, hk0 += a.ds_hkv) {
-    const int b = i & 1;
-    a.ds_hk0 = hk0;
-    a.ds_hkv = slabs.heads(i);
-    a.ds = ds + size_t(b) * plan.slab_bytes;
-    if (i >= 2 && (err = cudaStreamWaitEvent(stream, gemm_done[b], 0)) != cudaSuccess) break;
-    if ((err = launch_kernel(dkdv_kernel<D, kMixed, false, true>, unsigned(int64_t(a.work.capacity) * a.ds_hkv),
-                             kDkdvThreads, kDkdvSmem, stream, i < 2, a)) != cudaSuccess)
-      break;
-    if ((err = cudaEventRecord(pass_done[b], stream)) != cudaSuccess) break;
-    if ((err = cudaStreamWaitEvent(side, pass_done[b], 0)) != cudaSuccess) break;
-    if ((err = launch_kernel(dq_stored_kernel<D, kMixed>, unsigned(int64_t(a.work.capacity) * a.ds_hkv * group),
-                             kDqThreads, kDqSmem, side, false, a)) != cudaSuccess)
-      break;
-    if ((err = cudaEventRecord(gemm_done[b], side)) != cudaSuccess) break;
-    last_gemm = b;
-  }
-  if (last_gemm >= 0) {
-    const cudaError_t joined = cudaStreamWaitEvent(stream, gemm_done[last_gemm], 0);
-    if (err == cudaSuccess) err = joined;
-  }
-  for (int b = 0; b < 2; ++b) {
-    if (pass_done[b] != nullptr) (void)cudaEventDestroy(pass_done[b]);
-    if (gemm_done[b] != nullptr) (void)cudaEventDestroy(gemm_done[b]);
-  }
-  return err;
 }
 
 // The maps of the streamed tiles. Row tiles: 64 tokens of one head of a natural [T][H][D]

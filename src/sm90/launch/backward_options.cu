@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "common/work_order.h"
 #include "quantize/layout.cuh"
 #include "sm90/collective/bwd_plan.cuh"
 #include "sm90/sm90.h"
@@ -87,7 +86,7 @@ StoredDsPlan stored_ds_plan(int64_t total_tokens, int64_t num_docs, int hq, int 
   plan.slab = (hkv + slabs - 1) / slabs;
   plan.base_bytes = quant::round_up(num_docs * int64_t(sizeof(int64_t)), 256);
   plan.slab_bytes = size_t(plan.slab) * group * head_bytes;
-  plan.buffers = backward_ds_overlap() && order::stored_ds_slabs(hkv, plan.slab).count > 1 ? 2 : 1;
+  plan.buffers = backward_ds_overlap() && slabs > 1 ? 2 : 1;
   plan.bytes = plan.base_bytes + size_t(plan.buffers) * plan.slab_bytes;
   return plan;
 }
