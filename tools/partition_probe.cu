@@ -3,8 +3,8 @@
 // stands"): the quantizer moves ~0.8 GB at 32k tokens at about the copy bandwidth, then the
 // forward, issue-bound, reads little. Stand-ins, one CTA an SM each (dynamic shared memory
 // above half an SM's): S streams 512 MB in and 512 MB out with a persistent grid of G CTAs
-// (64 KB of loads in flight a CTA); C is 4 waves of CTAs of FMA chains (384 threads, the fast
-// forward's three warpgroups). Printed, medians over the repetitions: S alone on G SMs
+// (64 KB of loads in flight a CTA); C is a persistent grid of 384-thread CTAs (the fast
+// forward's three warpgroups) taking units of FMA chains from a counter. Printed, medians over the repetitions: S alone on G SMs
 // (its bandwidth), C alone, and S on G SMs with C started beside it on a second stream (C's
 // CTAs take the other SMs, then all): the pair's time against S on every SM followed by C.
 // If the pair beats the sequence by most of S's time at some G, the lead's first risk (the
@@ -48,13 +48,23 @@ __global__ void __launch_bounds__(kSThreads, 1) stream_kernel(const uint4* __res
   }
 }
 
-__global__ void __launch_bounds__(kCThreads, 1) fma_kernel(float* out, int iters) {
+// Persistent, as the fast forward: each CTA takes units of FMA chains from a counter until
+// none is left, so that the CTAs that start late (on the SMs S held) take fewer.
+__global__ void __launch_bounds__(kCThreads, 1) fma_kernel(float* out, int* next, int units, int iters) {
+  __shared__ int unit;
   float x[kCChains];
 #pragma unroll
   for (int c = 0; c < kCChains; ++c) x[c] = float(threadIdx.x + c);
-  for (int i = 0; i < iters; ++i)
+  for (;;) {
+    if (threadIdx.x == 0) unit = atomicAdd(next, 1);
+    __syncthreads();
+    const int u = unit;
+    __syncthreads();
+    if (u >= units) break;
+    for (int i = 0; i < iters; ++i)
 #pragma unroll
-    for (int c = 0; c < kCChains; ++c) x[c] = fmaf(x[c], 0.999999f, 1e-7f);
+      for (int c = 0; c < kCChains; ++c) x[c] = fmaf(x[c], 0.999999f, 1e-7f);
+  }
   float s = 0.0f;
 #pragma unroll
   for (int c = 0; c < kCChains; ++c) s += x[c];
@@ -83,16 +93,21 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&sink, 4096 * sizeof(float)));
   CHECK(cudaMemset(src, 1, kSBytes));
   const size_t n = kSBytes / sizeof(uint4);
-  const int c_blocks = 4 * sms;
-  // C's length: about four times S's on every SM, as the fast forward is to the quantizer at fixed-4k.
-  const int iters = 25000;
+  // C: 400 units of ~3.6 us an SM, about four times S's time on every SM (as the fast forward
+  // is to the quantizer at fixed-4k), in units as fine as the forward's items.
+  const int units = 400 * sms, iters = 250;
+  int* next = nullptr;
+  CHECK(cudaMalloc(&next, sizeof(int)));
   cudaStream_t s0, s1;
   CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
   CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   cudaEvent_t e[6];
   for (cudaEvent_t& ev : e) CHECK(cudaEventCreate(&ev));
   auto run_s = [&](int g, cudaStream_t st) { stream_kernel<<<g, kSThreads, kOneCtaAnSm, st>>>(src, dst, n); };
-  auto run_c = [&](cudaStream_t st) { fma_kernel<<<c_blocks, kCThreads, kOneCtaAnSm, st>>>(sink, iters); };
+  auto run_c = [&](cudaStream_t st) {
+    CHECK(cudaMemsetAsync(next, 0, sizeof(int), st));
+    fma_kernel<<<sms, kCThreads, kOneCtaAnSm, st>>>(sink, next, units, iters);
+  };
   auto elapsed = [&](cudaEvent_t a, cudaEvent_t b) {
     float ms = 0.0f;
     CHECK(cudaEventElapsedTime(&ms, a, b));
