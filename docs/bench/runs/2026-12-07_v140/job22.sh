@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # v140 (branch quant-lean, .ab/v140): the quantizer's lean lanes (the plain quantizer's qkv
-# path and the beside one) against v139 (.ab/v139, quant-beside-tma) and main (.ab/main).
+# path and the beside one) against v139 (.ab/v139, quant-beside-tma) and main (.ab/main);
+# .ab/leanplain (branch quant-lean-plain): main with the plain quantizer's lean lanes alone.
 # QuantBeside.* on v140 (a timeout ends the job); the quantizer alone (tools/quant_probe.cu)
-# in v139 and v140 on three shapes; main against v140 unset (the lean plain quantizer) and
-# v139 and v140 with FLAMIA_QUANT_BESIDE=1 (tools/ab_bench.sh: fwdq and step, fp8_mixed,
-# within AB_S seconds, default 200); then v140's whole GPU suite unset (its plain quantizer
-# is every call's) and memcheck of QuantBeside.* on v140 in the time left (LIMIT, default 560).
+# in v139 and v140 on three shapes; main against leanplain and v139 and v140 with
+# FLAMIA_QUANT_BESIDE=1 (tools/ab_bench.sh: fwdq and step, fp8_mixed, within AB_S seconds,
+# default 200); then leanplain's whole GPU suite (its plain quantizer is every call's) and
+# memcheck of QuantBeside.* on v140 in the time left (LIMIT, default 560).
 set -uo pipefail
 : "${OUT:?}"
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee $OUT/gpu.txt
 date -u +%Y-%m-%dT%H:%M:%SZ | tee -a $OUT/gpu.txt
-for t in main v139 v140; do echo "$t $(cat .ab/$t/prebuilt/COMMIT)"; done | tee -a $OUT/gpu.txt
+for t in main leanplain v139 v140; do echo "$t $(cat .ab/$t/prebuilt/COMMIT)"; done | tee -a $OUT/gpu.txt
 timeout 120 .ab/v140/prebuilt/flamia_gpu_tests --gtest_filter='QuantBeside.*' > $OUT/beside_v140.txt 2>&1
 rc=$?
 echo "v140 QuantBeside rc $rc at $(el) s: $(grep -E '^\[  (PASSED|FAILED)  \]' $OUT/beside_v140.txt | tr '\n' ' ')"
@@ -28,13 +29,13 @@ echo "probe at $(el) s"; grep -E "^## |^\| (plain|beside) .* \| (22|33|44|66|132
 mkdir -p $OUT/ab
 WORKLOADS=${WORKLOADS:-fixed-4k,fixed-16k,pack-32k,pack-128k,llama8b-pack,llama1b-pack} RECIPES=fp8_mixed \
   ROUNDS=${ROUNDS:-3} ITERS=20 PHASES=fwdq,step OUT=$OUT/ab \
-  WHAT="v140: main ($(cat .ab/main/prebuilt/COMMIT)) against v140 ($(cat .ab/v140/prebuilt/COMMIT)) unset and with FLAMIA_QUANT_BESIDE=1, and v139 ($(cat .ab/v139/prebuilt/COMMIT)) with it" \
-  timeout ${AB_S:-200} bash tools/ab_bench.sh main=.ab/main v140=.ab/v140 on140=.ab/v140:FLAMIA_QUANT_BESIDE=1 \
+  WHAT="v140: main ($(cat .ab/main/prebuilt/COMMIT)) against leanplain ($(cat .ab/leanplain/prebuilt/COMMIT)), and v140 ($(cat .ab/v140/prebuilt/COMMIT)) and v139 ($(cat .ab/v139/prebuilt/COMMIT)) with FLAMIA_QUANT_BESIDE=1" \
+  timeout ${AB_S:-200} bash tools/ab_bench.sh main=.ab/main leanplain=.ab/leanplain on140=.ab/v140:FLAMIA_QUANT_BESIDE=1 \
     on139=.ab/v139:FLAMIA_QUANT_BESIDE=1 > $OUT/ab_console.txt 2>&1
 echo "ab rc $? at $(el) s"; grep "^|" $OUT/ab/ab_bench.md 2>/dev/null; rm -f $OUT/ab/ab_rounds.tar.gz
 left=$(( ${LIMIT:-560} - $(el) - 45 ))
-timeout $left .ab/v140/prebuilt/flamia_gpu_tests --gtest_filter='-QuantBeside.*' > $OUT/suite.txt 2>&1
-echo "v140 suite (unset) rc $? at $(el) s: $(grep -E '^\[  (PASSED|SKIPPED|FAILED)  \]' $OUT/suite.txt | tr '\n' ' ')"
+timeout $left .ab/leanplain/prebuilt/flamia_gpu_tests > $OUT/suite.txt 2>&1
+echo "leanplain suite rc $? at $(el) s: $(grep -E '^\[  (PASSED|SKIPPED|FAILED)  \]' $OUT/suite.txt | tr '\n' ' ')"
 grep -E '^\[  FAILED  \]' $OUT/suite.txt | head -8
 grep -E '^\[  (PASSED|SKIPPED|FAILED)  \]|^\[  FAILED|^\[ RUN' $OUT/suite.txt | tail -3 > $OUT/suite.short.txt; rm -f $OUT/suite.txt
 left=$(( ${LIMIT:-560} - $(el) - 5 ))
