@@ -3,9 +3,9 @@
 # path and the beside one) against v139 (.ab/v139, quant-beside-tma) and main (.ab/main);
 # .ab/leanplain (branch quant-lean-plain): main with the plain quantizer's lean lanes alone.
 # QuantBeside.* on v140 (a timeout ends the job); the quantizer alone (tools/quant_probe.cu)
-# in v139 and v140 on three shapes; main against leanplain and v139 and v140 with
+# in v139 and v140 on three shapes; main against leanplain and v140 with
 # FLAMIA_QUANT_BESIDE=1 (tools/ab_bench.sh: fwdq and step, fp8_mixed, within AB_S seconds,
-# default 200); then leanplain's whole GPU suite (its plain quantizer is every call's) and
+# default 190; v139 beside the forward is v139's entry's job); then leanplain's whole GPU suite (its plain quantizer is every call's) and
 # memcheck of QuantBeside.* on v140 in the time left (LIMIT, default 560).
 set -uo pipefail
 : "${OUT:?}"
@@ -29,9 +29,9 @@ echo "probe at $(el) s"; grep -E "^## |^\| (plain|beside) .* \| (22|33|44|66|132
 mkdir -p $OUT/ab
 WORKLOADS=${WORKLOADS:-fixed-4k,fixed-16k,pack-32k,pack-128k,llama8b-pack,llama1b-pack} RECIPES=fp8_mixed \
   ROUNDS=${ROUNDS:-3} ITERS=20 PHASES=fwdq,step OUT=$OUT/ab \
-  WHAT="v140: main ($(cat .ab/main/prebuilt/COMMIT)) against leanplain ($(cat .ab/leanplain/prebuilt/COMMIT)), and v140 ($(cat .ab/v140/prebuilt/COMMIT)) and v139 ($(cat .ab/v139/prebuilt/COMMIT)) with FLAMIA_QUANT_BESIDE=1" \
-  timeout ${AB_S:-200} bash tools/ab_bench.sh main=.ab/main leanplain=.ab/leanplain on140=.ab/v140:FLAMIA_QUANT_BESIDE=1 \
-    on139=.ab/v139:FLAMIA_QUANT_BESIDE=1 > $OUT/ab_console.txt 2>&1
+  WHAT="v140: main ($(cat .ab/main/prebuilt/COMMIT)) against leanplain ($(cat .ab/leanplain/prebuilt/COMMIT)) and v140 ($(cat .ab/v140/prebuilt/COMMIT)) with FLAMIA_QUANT_BESIDE=1" \
+  timeout ${AB_S:-190} bash tools/ab_bench.sh main=.ab/main leanplain=.ab/leanplain on140=.ab/v140:FLAMIA_QUANT_BESIDE=1 \
+    > $OUT/ab_console.txt 2>&1
 echo "ab rc $? at $(el) s"; grep "^|" $OUT/ab/ab_bench.md 2>/dev/null; rm -f $OUT/ab/ab_rounds.tar.gz
 left=$(( ${LIMIT:-560} - $(el) - 45 ))
 timeout $left .ab/leanplain/prebuilt/flamia_gpu_tests > $OUT/suite.txt 2>&1
