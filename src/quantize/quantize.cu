@@ -34,6 +34,7 @@
 #include "flamia/formats.h"
 #include "quantize/guard.cuh"
 #include "quantize/work_list.cuh"
+#include "common/work_order.h"
 
 namespace flamia {
 namespace quant {
@@ -42,6 +43,7 @@ namespace {
 constexpr int kWarps = 8;  // 16-token groups per block
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockPositions = kWarps * kTokenGroup;
+static_assert(kBlockPositions == BesideReady::kBlockPositions, "the forward's counts cover the quantizer's blocks");
 
 struct QuantTensor {
   const uint16_t* src = nullptr;      // bf16 [T, H, D], head_dim contiguous
@@ -66,6 +68,8 @@ struct QuantBatch {
   guard::GuardArgs guard;             // block 0 validates cu_seqlens first (guard.cuh)
   WorkListOut work[3];                // then builds the lists when work[0].count is set (each
                                       // one whose count is set: the third exists at D = 64 only)
+  int* ready = nullptr;               // beside the forward: qkv8's counts (BesideReady)
+  int kv_block = 0;                   // beside the forward: its kv heads a block
 };
 
 // Largest b with padded_doc_start(b) <= pos (starts strictly increase with b). Called by
@@ -178,9 +182,9 @@ struct StageTile {
 // the lanes, so each store covers 128 contiguous bytes of 4 rows.
 template <int D>
 __device__ __forceinline__ void write_fp8_transposed(StageTile<D>& tile, uint8_t* trans, int head,
-                                                     int64_t block_pos, int64_t tpad) {
+                                                     int64_t block_pos, int64_t tpad, int tid) {
   constexpr int kItems = kWarps * (D / 4);
-  for (int item = threadIdx.x; item < kItems; item += kThreads) {
+  for (int item = tid; item < kItems; item += kThreads) {
     const int g = item % kWarps, j = item / kWarps;
     const int64_t pos = block_pos + g * kTokenGroup;
     if (pos >= tpad) continue;
@@ -204,40 +208,34 @@ __device__ __forceinline__ void write_fp8_transposed(StageTile<D>& tile, uint8_t
   }
 }
 
-// kDot: the dO variant (also reads O for the row dot product). Blocks per SM: the most that
-// fit the registers without spills (4-5 = 32-40 warps, 64-128 KB of loads in flight).
-template <int D, bool kDot>
-__global__ void __launch_bounds__(kThreads, kDot ? 3 : (D == 64 ? 5 : 4))
-quantize_kernel(const __grid_constant__ QuantBatch batch) {
+// Block 0's work: validate cu_seqlens (guard.cuh), then build the work lists when asked.
+template <int kBlockThreads>
+__device__ __forceinline__ void guard_and_lists(const QuantBatch& batch) {
+  if (guard::guard_block<kBlockThreads>(batch.guard) && batch.work[0].count != nullptr)
+    for (const WorkListOut& list : batch.work)
+      if (list.count != nullptr && !build_work_list_block<kBlockThreads>(batch.cu, batch.num_docs, list) &&
+          threadIdx.x == 0)
+        guard::record(batch.guard, guard::DeviceError{guard::kWorkListOverflow, batch.guard.stage, 0, 0, 0});
+}
+
+// The tensor of the batch's head index *head (q's heads, then k's, then v's), *head made its own.
+__device__ __forceinline__ const QuantTensor& tensor_of(const QuantBatch& batch, int* head) {
+  if (*head < batch.t[0].heads) return batch.t[0];
+  *head -= batch.t[0].heads;
+  if (*head < batch.t[1].heads) return batch.t[1];
+  *head -= batch.t[1].heads;
+  return batch.t[2];
+}
+
+// One block's unit: 128 padded positions of one head of tensor t, by 8 warps (`warp` 0..7,
+// `tid` 0..255 the unit's threads), staging in `tile`; sync() is the unit's barrier.
+template <int D, bool kDot, class Sync>
+__device__ __forceinline__ void quantize_unit(const QuantBatch& batch, const QuantTensor& t, int head,
+                                              int64_t block_pos, StageTile<D>& tile, int warp, int tid, Sync sync) {
   constexpr int kLanesPerRow = D / 8;                   // 16 bytes of bf16 per lane
   constexpr int kRowsPerPass = 32 / kLanesPerRow;
   constexpr int kPasses = kTokenGroup / kRowsPerPass;
-  __shared__ __align__(16) StageTile<D> tile;  // the block's rows for the transposed copy
-  // Launched in plain stream order: the kernel after it may start in its last wave
-  // (common/grid_dependency.cuh; it waits for this one before reading anything).
-  grid::allow_dependents();
-
-  int block = int(blockIdx.x);
-  if (block == 0) {
-    if (guard::guard_block<kThreads>(batch.guard) && batch.work[0].count != nullptr)
-      for (const WorkListOut& list : batch.work)
-        if (list.count != nullptr && !build_work_list_block<kThreads>(batch.cu, batch.num_docs, list) &&
-            threadIdx.x == 0)
-          guard::record(batch.guard, guard::DeviceError{guard::kWorkListOverflow, batch.guard.stage, 0, 0, 0});
-    return;
-  }
-  --block;
-  // Head fastest (file comment): the blocks running together share a token range.
-  int head = block % batch.heads, which = 0;
-  const int64_t block_pos = int64_t(block / batch.heads) * kBlockPositions;
-  if (head >= batch.t[0].heads) {
-    head -= batch.t[0].heads;
-    which = 1;
-    if (head >= batch.t[1].heads) { head -= batch.t[1].heads; which = 2; }
-  }
-  const QuantTensor& t = which == 0 ? batch.t[0] : which == 1 ? batch.t[1] : batch.t[2];
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int lane = tid & 31;
   int64_t tok0 = 0;
   const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
                               block_pos + warp * kTokenGroup, lane, &tok0);
@@ -295,9 +293,83 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
     }
   }
 
-  if (t.trans == nullptr) return;  // uniform over the block
-  __syncthreads();
-  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad);
+  if (t.trans == nullptr) return;  // uniform over the unit
+  sync();
+  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad, tid);
+}
+
+// kDot: the dO variant (also reads O for the row dot product). Blocks per SM: the most that
+// fit the registers without spills (4-5 = 32-40 warps, 64-128 KB of loads in flight).
+template <int D, bool kDot>
+__global__ void __launch_bounds__(kThreads, kDot ? 3 : (D == 64 ? 5 : 4))
+quantize_kernel(const __grid_constant__ QuantBatch batch) {
+  __shared__ __align__(16) StageTile<D> tile;  // the block's rows for the transposed copy
+  // Launched in plain stream order: the kernel after it may start in its last wave
+  // (common/grid_dependency.cuh; it waits for this one before reading anything).
+  grid::allow_dependents();
+
+  int block = int(blockIdx.x);
+  if (block == 0) {
+    guard_and_lists<kThreads>(batch);
+    return;
+  }
+  --block;
+  // Head fastest (file comment): the blocks running together share a token range.
+  int head = block % batch.heads;
+  const int64_t block_pos = int64_t(block / batch.heads) * kBlockPositions;
+  const QuantTensor& t = tensor_of(batch, &head);
+  quantize_unit<D, kDot>(batch, t, head, block_pos, tile, int(threadIdx.x) >> 5, int(threadIdx.x),
+                         [] { __syncthreads(); });
+}
+
+// The quantizer beside the fast forward (BesideReady, layout.cuh): a persistent grid of
+// CTAs of kBesideParts blocks' worth of threads, one CTA an SM (the registers of 1,024
+// threads), on a share of the SMs (launch_quantize); the forward's CTAs take the others from
+// the start (it may launch once every CTA here has started, so none of them waits on a unit
+// that no SM is left to run). CTA 0 first validates cu_seqlens and builds the work lists with
+// all its threads, then raises the lists' count. Part p of a CTA (warps 8p .. 8p + 7, its own
+// staging tile and named barrier) takes units p, p + parts, ... of the order the forward reads
+// them in: kv block by kv block (its q, k and v heads), each block's positions from the first,
+// heads fastest. After each unit every thread's writes are fenced, then the part's first
+// thread raises the unit's counts.
+constexpr int kBesideParts = 4;
+__device__ __forceinline__ void part_sync(int part) {
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + part), "r"(kThreads) : "memory");
+}
+template <int D>
+__global__ void __launch_bounds__(kThreads * kBesideParts, 1) quantize_beside_kernel(const __grid_constant__ QuantBatch batch) {
+  extern __shared__ __align__(16) uint8_t beside_smem[];
+  grid::allow_dependents();
+  const int64_t chunks = BesideReady::chunks(batch.tpad);
+  const int hkv = batch.t[1].heads, kvb = batch.kv_block, group_heads = kvb * (batch.t[0].heads / hkv);
+  const int block_heads = group_heads + 2 * kvb;  // a kv block's q, k and v heads
+  if (blockIdx.x == 0) {
+    guard_and_lists<kThreads * kBesideParts>(batch);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(batch.ready + BesideReady::lists(batch.tpad, hkv), 1);
+    }
+  }
+  const int part = int(threadIdx.x) / kThreads, tid = int(threadIdx.x) % kThreads;
+  StageTile<D>& tile = reinterpret_cast<StageTile<D>*>(beside_smem)[part];
+  const int64_t units = chunks * batch.heads;
+  for (int64_t u = int64_t(blockIdx.x) * kBesideParts + part; u < units; u += int64_t(gridDim.x) * kBesideParts) {
+    const int kb = int(u / (chunks * block_heads));
+    const int64_t r = u - kb * chunks * block_heads, chunk = r / block_heads;
+    int hh = int(r - chunk * block_heads), which = 0, head = 0;
+    if (hh < group_heads) head = kb * group_heads + hh;
+    else if ((hh -= group_heads) < kvb) which = 1, head = kb * kvb + hh;
+    else which = 2, head = kb * kvb + hh - kvb;
+    quantize_unit<D, false>(batch, batch.t[which], head, chunk * kBlockPositions, tile, tid >> 5, tid,
+                            [part] { part_sync(part); });
+    __threadfence();
+    part_sync(part);  // every thread's writes fenced; the tile free for the next unit
+    if (tid == 0) {
+      atomicAdd(batch.ready + BesideReady::block(batch.tpad, kb, chunk), 1);
+      atomicAdd(batch.ready + BesideReady::kv_done(batch.tpad, hkv, kb), 1);
+    }
+  }
 }
 
 // Recipe fp8's backward: Qᵀ and Kᵀ, transposed from qkv8's natural q8 and k8 into the
@@ -346,7 +418,7 @@ __global__ void __launch_bounds__(kThreads) transpose_codes_kernel(const __grid_
   for (int it = 0; it < kPasses; ++it)
     *reinterpret_cast<uint2*>(tile.at(warp, it * kRowsPerPass + lane / kLanesPerRow, 2 * chunk)) = x[it];
   __syncthreads();
-  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad);
+  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad, int(threadIdx.x));
 }
 
 template <bool kDot>
@@ -359,6 +431,31 @@ cudaError_t launch_quantize(QuantBatch batch, int head_dim, cudaStream_t stream)
   if (head_dim == 64) quantize_kernel<64, kDot><<<grid, kThreads, 0, stream>>>(batch);
   else if (head_dim == 128) quantize_kernel<128, kDot><<<grid, kThreads, 0, stream>>>(batch);
   else return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+// Beside the forward: a third of the SMs, where a CTA of 1,024 threads streams at the copy
+// bandwidth (docs/PERFORMANCE.md, "the partition probe: outcome").
+cudaError_t launch_quantize_beside(QuantBatch batch, int head_dim, cudaStream_t stream) {
+  batch.heads = batch.t[0].heads + batch.t[1].heads + batch.t[2].heads;
+  int device = 0, sms = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return e;
+  const unsigned grid = unsigned(sms / 3 > 1 ? sms / 3 : 1);
+  if (head_dim == 64) {
+    constexpr int kSmem = kBesideParts * int(sizeof(StageTile<64>));
+    if ((e = cudaFuncSetAttribute(quantize_beside_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)))
+      return e;
+    quantize_beside_kernel<64><<<grid, kThreads * kBesideParts, kSmem, stream>>>(batch);
+  } else if (head_dim == 128) {
+    constexpr int kSmem = kBesideParts * int(sizeof(StageTile<128>));
+    if ((e = cudaFuncSetAttribute(quantize_beside_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)))
+      return e;
+    quantize_beside_kernel<128><<<grid, kThreads * kBesideParts, kSmem, stream>>>(batch);
+  } else {
+    return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 
@@ -543,7 +640,7 @@ cudaError_t read_qkv8_fingerprint(const DeviceCall& p, const void* qkv8, uint64_
   return e != cudaSuccess ? e : cudaStreamSynchronize(p.stream);
 }
 
-cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward) {
+cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward, bool beside) {
   if (p.total_tokens == 0) return cudaSuccess;
   if (!quant::rows_16b_aligned(p.q, p.q_stride_t, p.q_stride_h) ||
       !quant::rows_16b_aligned(p.k, p.k_stride_t, p.k_stride_h) ||
@@ -590,7 +687,12 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward) {
                                   reinterpret_cast<guard::DeviceError*>(base + layout.status),
                                   guard::kStageQuantize);
   quant::guard_work_lists(batch.guard, base, layout);
-  return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
+  if (!beside) return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
+  batch.ready = reinterpret_cast<int*>(base + layout.ready);
+  batch.kv_block = order::forward_kv_block(p.total_tokens, p.hkv, p.head_dim);
+  const cudaError_t e =
+      cudaMemsetAsync(batch.ready, 0, size_t(quant::BesideReady::ints(layout.tpad, p.hkv)) * sizeof(int), p.stream);
+  return e != cudaSuccess ? e : quant::launch_quantize_beside(batch, p.head_dim, p.stream);
 }
 
 }  // namespace quant

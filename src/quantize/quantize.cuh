@@ -16,7 +16,9 @@ namespace flamia {
 namespace quant {
 
 // Fused quantizer: q, k, v -> every FP8 layout the kernels read, plus per-token scales.
-cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward);
+// beside: for the fast forward launched next (sm90.h, DeviceCall::quantize_beside), on a third
+// of the SMs, raising qkv8's counts (layout.cuh, BesideReady) as it goes.
+cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward, bool beside = false);
 
 // ---- hostile-input guard (quantize/guard.h) ------------------------------------------
 // Block 0 of quantize_qkv (and of the backward's dO quantizer) validates cu_seqlens on the

@@ -16,6 +16,20 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// ---- counts another grid raises as it goes (the quantizer beside the forward) ------------
+// An acquire load at GPU scope: the other grid's writes released before the count are visible
+// to this thread's later loads (it also drops this SM's stale L1 lines).
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// Orders this thread's generic-proxy accesses (the acquires above) before its later
+// async-proxy ones (TMA loads) on global memory.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 // ---- asynchronous global -> shared copies (cp.async, sm_80+) ---------------------------
 // A source size of 0 writes zeros and reads nothing: this is how rows outside the current
 // document are zero-filled. src must still be a valid address, so callers pass an

@@ -34,6 +34,38 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
     tma::prefetch_map(p.k8);
     tma::prefetch_map(p.vt8);
   }
+  // Beside the quantizer (p.ready, quant::BesideReady): before loading rows of kv block kb
+  // at padded positions [first, last], lane 0 waits for the quantizer's counts of the position
+  // blocks they lie in — a kv block found complete is not asked again —, then the warp goes
+  // on: its copies after the acquires, the TMA loads after the proxy fence.
+  int done_kb = -1;
+  auto wait_quantized = [&](int kb, int64_t first, int64_t last) {
+    if (p.ready == nullptr || kb == done_kb) return;
+    int complete = 0;
+    if (lane == 0) {
+      using quant::BesideReady;
+      complete = ptx::ld_acquire_gpu(p.ready + BesideReady::kv_done(p.tpad, p.hkv, kb)) >= p.ready_kv_block;
+      const int64_t c_last = min(last, p.tpad - 1) / BesideReady::kBlockPositions;
+      for (int64_t c = max(first, int64_t(0)) / BesideReady::kBlockPositions; !complete && c <= c_last; ++c)
+        while (ptx::ld_acquire_gpu(p.ready + BesideReady::block(p.tpad, kb, c)) < p.ready_block) __nanosleep(128);
+      ptx::fence_proxy_async_global();
+    }
+    if (__shfl_sync(0xffffffffu, complete, 0)) done_kb = kb;
+    __syncwarp();
+  };
+  // The last padded position the rows [off, off + n) of an item's document reach: rows past
+  // the document are the next documents' tokens (the consumers select them away, but they
+  // must be finite), whose positions lie at most 15 + 16 (B - 1) past their token index.
+  auto last_position = [&](const DocTile& dt, int off, int n) {
+    return off + n <= dt.len ? dt.pstart + off + n - 1 : dt.tok0 + off + n - 1 + 15 + 16 * int64_t(p.work.num_docs - 1);
+  };
+  if (p.ready != nullptr) {
+    if (lane == 0) {
+      while (ptx::ld_acquire_gpu(p.ready + quant::BesideReady::lists(p.tpad, p.hkv)) < 1) __nanosleep(128);
+      ptx::fence_proxy_async_global();
+    }
+    __syncwarp();
+  }
   const int items = item_count(p.work) * p.hq;
   int kv = 0;  // key tiles issued so far (stage = kv % kStages, phase = kv / kStages)
   auto claim_next = [&]() { return int(gridDim.x) + atomicAdd(p.next_item, 1); };  // lane 0's
@@ -66,6 +98,8 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
     }
     const int64_t tok0 = item.dt.tok0;
     const int m0 = item_rows<D>(item.dt).first;
+    const int kb = item.hk / p.kv_block;
+    wait_quantized(kb, item.dt.pstart + m0, last_position(item.dt, m0, P::kBlockM));
     int next = 0;
     if (lane == 0) {
       slot->item = item;
@@ -94,6 +128,7 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
       const uint32_t full = full0 + 8 * s, stage = base + P::stage(s);
       mbar::wait(empty0 + 8 * s, ((kv / P::kStages) & 1) ^ 1);
       const int n0 = n * P::kBlockN;
+      wait_quantized(kb, item.dt.pstart + n0, last_position(item.dt, n0, P::kBlockN));
       if (lane == 0) {
         *reinterpret_cast<volatile int*>(smem + P::stage(s) + P::kValid) = item.dt.len - n0;
         mbar::arrive_expect_tx(full, P::kTmaBytesPerStage);

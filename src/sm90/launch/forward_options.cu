@@ -1,6 +1,7 @@
-// The fast forward's run-time option (host code): FLAMIA_FWD_TRACE, the file its phase clocks
-// go to (kernels/forward_fast.cu runs the traced kernel when it is set).
+// The fast forward's run-time options (host code): FLAMIA_FWD_TRACE, the file its phase clocks
+// go to (kernels/forward_fast.cu runs the traced kernel when it is set), and FLAMIA_QUANT_BESIDE.
 #include <cstdlib>
+#include <cstring>
 
 #include "sm90/sm90.h"
 
@@ -12,6 +13,14 @@ namespace sm90 {
 const char* forward_trace_path() {
   const char* v = std::getenv("FLAMIA_FWD_TRACE");
   return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+// FLAMIA_QUANT_BESIDE=1: the quantizer on a third of the SMs beside the fast forward, which
+// waits for what it needs as the quantizer finishes it (quantize.cuh) instead of for the whole
+// quantizer. Only where the fast forward runs the call.
+bool forward_quantize_beside() {
+  const char* v = std::getenv("FLAMIA_QUANT_BESIDE");
+  return v != nullptr && std::strcmp(v, "1") == 0 && forward_p_scale_from_keys();  // the fast forward's rule
 }
 
 }  // namespace sm90
