@@ -4,9 +4,10 @@
 // forward, issue-bound, reads little. Stand-ins, one CTA an SM each (dynamic shared memory
 // above half an SM's): S streams 512 MB in and 512 MB out with a persistent grid of G CTAs
 // (64 KB of loads in flight a CTA); C is a persistent grid of 384-thread CTAs (the fast
-// forward's three warpgroups) taking units of FMA chains from a counter. Printed, medians over the repetitions: S alone on G SMs
-// (its bandwidth), C alone, and S on G SMs with C started beside it on a second stream (C's
-// CTAs take the other SMs, then all): the pair's time against S on every SM followed by C.
+// forward's three warpgroups) taking units of FMA chains from a counter. Printed, medians
+// over the repetitions: S alone on G SMs (its bandwidth), C alone, and S on G SMs with C
+// started beside it on a second stream (C's CTAs take the other SMs, then all): the pair's
+// time against S on every SM followed by C.
 // If the pair beats the sequence by most of S's time at some G, the lead's first risk (the
 // quantizer's bandwidth from fewer SMs) is not what would stop it.
 //
