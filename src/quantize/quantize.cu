@@ -323,16 +323,16 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
 }
 
 // The quantizer beside the fast forward (BesideReady, layout.cuh): a persistent grid of
-// CTAs of kBesideParts blocks' worth of threads, one CTA an SM (the registers of 1,024
-// threads), on a share of the SMs (launch_quantize); the forward's CTAs take the others from
-// the start (it may launch once every CTA here has started, so none of them waits on a unit
-// that no SM is left to run). CTA 0 first validates cu_seqlens and builds the work lists with
+// CTAs of kBesideParts blocks' worth of threads (96 KB of loads in flight; three, not four,
+// so that the unit loop fits the registers unspilled), one CTA an SM, on a share of the SMs
+// (launch_beside); the forward's CTAs take the others from the start (it may launch once
+// every CTA here has started, so none of them waits on a unit that no SM is left to run). CTA 0 first validates cu_seqlens and builds the work lists with
 // all its threads, then raises the lists' count. Part p of a CTA (warps 8p .. 8p + 7, its own
 // staging tile and named barrier) takes units p, p + parts, ... of the order the forward reads
 // them in: kv block by kv block (its q, k and v heads), each block's positions from the first,
 // heads fastest. After each unit every thread's writes are fenced, then the part's first
 // thread raises the unit's counts.
-constexpr int kBesideParts = 4;
+constexpr int kBesideParts = 3;
 __device__ __forceinline__ void part_sync(int part) {
   asm volatile("bar.sync %0, %1;" ::"r"(1 + part), "r"(kThreads) : "memory");
 }
@@ -361,8 +361,8 @@ __global__ void __launch_bounds__(kThreads * kBesideParts, 1) quantize_beside_ke
     if (hh < group_heads) head = kb * group_heads + hh;
     else if ((hh -= group_heads) < kvb) which = 1, head = kb * kvb + hh;
     else which = 2, head = kb * kvb + hh - kvb;
-    quantize_unit<D, false>(batch, batch.t[which], head, chunk * kBlockPositions, tile, tid >> 5, tid,
-                            [part] { part_sync(part); });
+    const QuantTensor& t = which == 0 ? batch.t[0] : which == 1 ? batch.t[1] : batch.t[2];
+    quantize_unit<D, false>(batch, t, head, chunk * kBlockPositions, tile, tid >> 5, tid, [part] { part_sync(part); });
     __threadfence();
     part_sync(part);  // every thread's writes fenced; the tile free for the next unit
     if (tid == 0) {
@@ -434,8 +434,21 @@ cudaError_t launch_quantize(QuantBatch batch, int head_dim, cudaStream_t stream)
   return cudaGetLastError();
 }
 
-// Beside the forward: a third of the SMs, where a CTA of 1,024 threads streams at the copy
-// bandwidth (docs/PERFORMANCE.md, "the partition probe: outcome").
+// Beside the forward: a third of the SMs, where a CTA with ~64 KB or more of loads in flight
+// streams at the copy bandwidth (docs/PERFORMANCE.md, "the partition probe: outcome"). Its
+// dynamic shared memory holds the parts' staging tiles and is asked large enough that no
+// second CTA fits an SM, whatever the registers: the grid holds exactly that many SMs.
+template <int D>
+cudaError_t launch_beside(const QuantBatch& batch, unsigned grid, cudaStream_t stream) {
+  constexpr int kOneCtaAnSm = 116 * 1024;
+  static_assert(kBesideParts * int(sizeof(StageTile<D>)) <= kOneCtaAnSm, "the parts' tiles fit");
+  const cudaError_t e =
+      cudaFuncSetAttribute(quantize_beside_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOneCtaAnSm);
+  if (e != cudaSuccess) return e;
+  quantize_beside_kernel<D><<<grid, kThreads * kBesideParts, kOneCtaAnSm, stream>>>(batch);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_quantize_beside(QuantBatch batch, int head_dim, cudaStream_t stream) {
   batch.heads = batch.t[0].heads + batch.t[1].heads + batch.t[2].heads;
   int device = 0, sms = 0;
@@ -443,20 +456,9 @@ cudaError_t launch_quantize_beside(QuantBatch batch, int head_dim, cudaStream_t 
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return e;
   const unsigned grid = unsigned(sms / 3 > 1 ? sms / 3 : 1);
-  if (head_dim == 64) {
-    constexpr int kSmem = kBesideParts * int(sizeof(StageTile<64>));
-    if ((e = cudaFuncSetAttribute(quantize_beside_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)))
-      return e;
-    quantize_beside_kernel<64><<<grid, kThreads * kBesideParts, kSmem, stream>>>(batch);
-  } else if (head_dim == 128) {
-    constexpr int kSmem = kBesideParts * int(sizeof(StageTile<128>));
-    if ((e = cudaFuncSetAttribute(quantize_beside_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)))
-      return e;
-    quantize_beside_kernel<128><<<grid, kThreads * kBesideParts, kSmem, stream>>>(batch);
-  } else {
-    return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  if (head_dim == 64) return launch_beside<64>(batch, grid, stream);
+  if (head_dim == 128) return launch_beside<128>(batch, grid, stream);
+  return cudaErrorInvalidValue;
 }
 
 QuantTensor source(const void* x, int64_t stride_t, int64_t stride_h, int heads) {

@@ -34,10 +34,10 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
     tma::prefetch_map(p.k8);
     tma::prefetch_map(p.vt8);
   }
-  // Beside the quantizer (p.ready, quant::BesideReady): before loading rows of kv block kb
-  // at padded positions [first, last], lane 0 waits for the quantizer's counts of the position
-  // blocks they lie in — a kv block found complete is not asked again —, then the warp goes
-  // on: its copies after the acquires, the TMA loads after the proxy fence.
+  // Beside the quantizer (p.ready, quant::BesideReady): before loading an item's rows of kv
+  // block kb at padded positions [first, last], lane 0 waits for the quantizer's counts of the
+  // position blocks they lie in — a kv block found complete is not asked again —, then the
+  // warp goes on: its copies after the acquires, the TMA loads after the proxy fence.
   int done_kb = -1;
   auto wait_quantized = [&](int kb, int64_t first, int64_t last) {
     if (p.ready == nullptr || kb == done_kb) return;
@@ -98,8 +98,10 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
     }
     const int64_t tok0 = item.dt.tok0;
     const int m0 = item_rows<D>(item.dt).first;
-    const int kb = item.hk / p.kv_block;
-    wait_quantized(kb, item.dt.pstart + m0, last_position(item.dt, m0, P::kBlockM));
+    // Its Q rows and every key tile it loads (from the document's first), at once: the
+    // quantizer goes through a kv block's positions in order, so the wait is for the last.
+    wait_quantized(item.hk / p.kv_block, item.dt.pstart,
+                   last_position(item.dt, 0, max(m0 + P::kBlockM, item.num_key_tiles * P::kBlockN)));
     int next = 0;
     if (lane == 0) {
       slot->item = item;
@@ -128,7 +130,6 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
       const uint32_t full = full0 + 8 * s, stage = base + P::stage(s);
       mbar::wait(empty0 + 8 * s, ((kv / P::kStages) & 1) ^ 1);
       const int n0 = n * P::kBlockN;
-      wait_quantized(kb, item.dt.pstart + n0, last_position(item.dt, n0, P::kBlockN));
       if (lane == 0) {
         *reinterpret_cast<volatile int*>(smem + P::stage(s) + P::kValid) = item.dt.len - n0;
         mbar::arrive_expect_tx(full, P::kTmaBytesPerStage);
