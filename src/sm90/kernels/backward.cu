@@ -757,14 +757,15 @@ cudaError_t side_stream(cudaStream_t* out) {
   return cudaSuccess;
 }
 
-// Two slab buffers: slab i's dS in buffer i % 2, its dK/dV pass in the caller's stream, its
-// GEMM in the side stream after the pass (an event). Slab i + 2's pass waits for slab i's
-// GEMM (its buffer); the caller's stream waits for the last GEMM enqueued, also when a later
+// Two slab buffers from a.ds on: slab i's dS in buffer i % 2, its dK/dV pass in the caller's
+// stream, its GEMM in the side stream after the pass (an event). Slab i + 2's pass waits for
+// slab i's GEMM (its buffer); the caller's stream waits for the last GEMM enqueued, also when a later
 // step failed (so that nothing of the call runs on after it returns). Launches after a wait on
 // the other stream are plain (no programmatic overlap across an event). The events are the
 // call's own, destroyed once enqueued (their resources go when their work completes).
 template <int D, bool kMixed>
-cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, uint8_t* ds, cudaStream_t stream) {
+cudaError_t launch_slabs_beside(BwdArgs a, const StoredDsPlan& plan, cudaStream_t stream) {
+  uint8_t* const ds = a.ds;
   const order::Slabs slabs = order::stored_ds_slabs(a.hkv, plan.slab);
   cudaStream_t side = nullptr;
   cudaEvent_t pass_done[2] = {}, gemm_done[2] = {};
@@ -821,7 +822,7 @@ cudaError_t launch_backward_stored_dq(BwdArgs a, int num_docs, const StoredDsPla
   if (plan.buffers == 2) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if ((err = cudaStreamIsCapturing(stream, &capture)) != cudaSuccess) return err;
-    if (capture == cudaStreamCaptureStatusNone) return launch_slabs_beside<D, kMixed>(a, plan, ds, stream);
+    if (capture == cudaStreamCaptureStatusNone) return launch_slabs_beside<D, kMixed>(a, plan, stream);
   }
   const order::Slabs slabs = order::stored_ds_slabs(a.hkv, plan.slab);
   for (int i = 0, hk0 = 0; i < slabs.count; ++i, hk0 += a.ds_hkv) {
