@@ -68,14 +68,17 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
   }
   const int items = item_count(p.work) * p.hq;
   int kv = 0;  // key tiles issued so far (stage = kv % kStages, phase = kv / kStages)
-  auto claim_next = [&]() { return int(gridDim.x) + atomicAdd(p.next_item, 1); };  // lane 0's
+  // Beside the quantizer every item comes from the count, the first too: the CTAs that find
+  // their SM taken by the quantizer start at its end and must not hold the first items back.
+  const int first_claimed = p.ready != nullptr ? 0 : int(gridDim.x);
+  auto claim_next = [&]() { return first_claimed + atomicAdd(p.next_item, 1); };  // lane 0's
   auto take_next = [&]() { return __shfl_sync(0xffffffffu, lane == 0 ? claim_next() : 0, 0); };
   // A token's scale of an [H][T] scale array by cp.async; past the tensor zero-filled.
   auto copy_scale = [&](uint32_t dst, const float* head_scales, int64_t tok) {
     const bool in = tok < p.total_tokens;
     ptx::cp_async_4(dst, head_scales + (in ? tok : 0), in);
   };
-  for (int w = blockIdx.x, it = 0;; ++it) {
+  for (int w = p.ready != nullptr ? take_next() : int(blockIdx.x), it = 0;; ++it) {
     // An item without key tiles (keys-only rows before q_start, an empty document) has
     // nothing to compute and stores nothing (its rows' O and LSE are not this call's to
     // write): it is not announced, so that some consumer computes every announced item.
