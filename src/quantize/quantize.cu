@@ -35,6 +35,10 @@
 #include "quantize/guard.cuh"
 #include "quantize/work_list.cuh"
 #include "common/work_order.h"
+// The beside quantizer's PTX (bulk copies into shared memory, mbarriers, the counts' fences).
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/tma.cuh"
+#include "sm90/ptx.cuh"
 
 namespace flamia {
 namespace quant {
@@ -227,32 +231,28 @@ __device__ __forceinline__ const QuantTensor& tensor_of(const QuantBatch& batch,
   return batch.t[2];
 }
 
-// One block's unit: 128 padded positions of one head of tensor t, by 8 warps (`warp` 0..7,
-// `tid` 0..255 the unit's threads), staging in `tile`; sync() is the unit's barrier.
+// How a warp holds its 16-token group's rows: D / 8 lanes a row (16 bytes of bf16 each), so
+// pass `it` holds rows it * kRowsPerPass + lane / kLanesPerRow.
+template <int D>
+struct GroupLanes {
+  static constexpr int kLanesPerRow = D / 8;
+  static constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  static constexpr int kPasses = kTokenGroup / kRowsPerPass;
+};
+
+// A unit's rows, once in registers (x, and O's in o for kDot; zeros past `rows`), quantized:
+// the codes into t.nat and the staging tile, the scales (and dots), then after sync() — the
+// unit's barrier — the transposed copy from the tile. 8 warps (`warp` 0..7, `tid` 0..255 the
+// unit's threads); rows and tok0 from group_rows.
 template <int D, bool kDot, class Sync>
-__device__ __forceinline__ void quantize_unit(const QuantBatch& batch, const QuantTensor& t, int head,
-                                              int64_t block_pos, StageTile<D>& tile, int warp, int tid, Sync sync) {
-  constexpr int kLanesPerRow = D / 8;                   // 16 bytes of bf16 per lane
-  constexpr int kRowsPerPass = 32 / kLanesPerRow;
-  constexpr int kPasses = kTokenGroup / kRowsPerPass;
-  const int lane = tid & 31;
-  int64_t tok0 = 0;
-  const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
-                              block_pos + warp * kTokenGroup, lane, &tok0);
-
-  const int chunk = lane % kLanesPerRow;
-  uint4 x[kPasses], o[kPasses];
-#pragma unroll
-  for (int it = 0; it < kPasses; ++it) {
-    const int r = it * kRowsPerPass + lane / kLanesPerRow;
-    x[it] = o[it] = make_uint4(0, 0, 0, 0);
-    if (r < rows) {
-      const int64_t off = (tok0 + r) * t.stride_t + head * t.stride_h + 8 * chunk;
-      x[it] = __ldcs(reinterpret_cast<const uint4*>(t.src + off));
-      if (kDot) o[it] = __ldcs(reinterpret_cast<const uint4*>(t.dot_src + off));
-    }
-  }
-
+__device__ __forceinline__ void quantize_rows(const QuantBatch& batch, const QuantTensor& t, int head,
+                                              int64_t block_pos, StageTile<D>& tile, int warp, int tid,
+                                              const uint4 (&x)[GroupLanes<D>::kPasses],
+                                              const uint4 (&o)[GroupLanes<D>::kPasses], int64_t tok0, int rows,
+                                              Sync sync) {
+  constexpr int kLanesPerRow = GroupLanes<D>::kLanesPerRow, kRowsPerPass = GroupLanes<D>::kRowsPerPass;
+  constexpr int kPasses = GroupLanes<D>::kPasses;
+  const int lane = tid & 31, chunk = lane % kLanesPerRow;
   float row_scale = 0.0f, row_dot = 0.0f;  // lane r < 16: values of row r
 #pragma unroll
   for (int it = 0; it < kPasses; ++it) {
@@ -298,6 +298,30 @@ __device__ __forceinline__ void quantize_unit(const QuantBatch& batch, const Qua
   write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad, tid);
 }
 
+// One block's unit: 128 padded positions of one head of tensor t, its rows loaded with all of
+// a warp's loads in flight before the first use.
+template <int D, bool kDot, class Sync>
+__device__ __forceinline__ void quantize_unit(const QuantBatch& batch, const QuantTensor& t, int head,
+                                              int64_t block_pos, StageTile<D>& tile, int warp, int tid, Sync sync) {
+  using G = GroupLanes<D>;
+  const int lane = tid & 31, chunk = lane % G::kLanesPerRow;
+  int64_t tok0 = 0;
+  const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
+                              block_pos + warp * kTokenGroup, lane, &tok0);
+  uint4 x[G::kPasses], o[G::kPasses];
+#pragma unroll
+  for (int it = 0; it < G::kPasses; ++it) {
+    const int r = it * G::kRowsPerPass + lane / G::kLanesPerRow;
+    x[it] = o[it] = make_uint4(0, 0, 0, 0);
+    if (r < rows) {
+      const int64_t off = (tok0 + r) * t.stride_t + head * t.stride_h + 8 * chunk;
+      x[it] = __ldcs(reinterpret_cast<const uint4*>(t.src + off));
+      if (kDot) o[it] = __ldcs(reinterpret_cast<const uint4*>(t.dot_src + off));
+    }
+  }
+  quantize_rows<D, kDot>(batch, t, head, block_pos, tile, warp, tid, x, o, tok0, rows, sync);
+}
+
 // kDot: the dO variant (also reads O for the row dot product). Blocks per SM: the most that
 // fit the registers without spills (4-5 = 32-40 warps, 64-128 KB of loads in flight).
 template <int D, bool kDot>
@@ -322,53 +346,161 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
                          [] { __syncthreads(); });
 }
 
-// The quantizer beside the fast forward (BesideReady, layout.cuh): a persistent grid of
-// CTAs of kBesideParts blocks' worth of threads (96 KB of loads in flight; three, not four,
-// so that the unit loop fits the registers unspilled), one CTA an SM, on a share of the SMs
-// (launch_beside); the forward's CTAs take the others from the start (it may launch once
-// every CTA here has started, so none of them waits on a unit that no SM is left to run). CTA 0 first validates cu_seqlens and builds the work lists with
-// all its threads, then raises the lists' count. Part p of a CTA (warps 8p .. 8p + 7, its own
-// staging tile and named barrier) takes units p, p + parts, ... of the order the forward reads
-// them in: kv block by kv block (its q, k and v heads), each block's positions from the first,
-// heads fastest. After each unit every thread's writes are fenced, then the part's first
-// thread raises the unit's counts.
-constexpr int kBesideParts = 3;
+// The quantizer beside the fast forward (BesideReady, layout.cuh): a persistent grid, one CTA
+// an SM, on a share of the SMs (launch_beside); the forward's CTAs take the others from the
+// start (it may launch once every CTA here has started, so none of them waits on a unit that
+// no SM is left to run). There it must stream several times faster an SM than the plain
+// quantizer does on every SM, which is HBM-bound; a part that loads into registers runs its
+// unit as one dependent chain with its loads idle while it computes (docs/PERFORMANCE.md, "v136
+// outcome"). So the rows come by bulk asynchronous copies into a ring of shared-memory stages,
+// kStages - 1 units ahead of the one being quantized, and the counts are raised by a warp of
+// their own, whose fences stall nobody else.
+//
+// Part p of a CTA (warps 8p .. 8p + 7, its own staging tile and named barrier) takes units p,
+// p + parts, ... of the order the forward reads them in: kv block by kv block (its q, k and v
+// heads), each block's positions from the first, heads fastest. Each warp of a part owns its
+// 16-token group of each unit: it issues the group's row copies (one a lane, rows past the
+// document not copied) into its slice of a stage, with an mbarrier of its own, and later reads
+// them back as the plain kernel's loads would have left them. After a unit (the part's
+// barrier) the part's first thread publishes how many units it has finished; the part's
+// signal warp, seeing that count move, fences once at GPU scope and raises the counts of every
+// unit finished since it last looked. CTA 0 first validates cu_seqlens and builds the work
+// lists with all its threads, then raises the lists' count.
+template <int D>
+struct BesidePlan {
+  static constexpr int kParts = D == 128 ? 2 : 3;
+  static constexpr int kStages = D == 128 ? 3 : 4;
+  static constexpr int kThreads = kParts * (quant::kThreads + 32);  // the parts' warps, then their signal warps
+  static constexpr int kGroupBytes = kTokenGroup * D * 2;             // a warp's bf16 rows
+  static constexpr int kSlots = kParts * kStages * kWarps;             // (part, stage, warp)
+  struct Slot {                                                        // what a warp's copies were for
+    int64_t tok0;
+    int rows, chunk, which, head;
+  };
+  static constexpr int kRows0 = 0;
+  static constexpr int kTiles0 = kRows0 + kSlots * kGroupBytes;
+  static constexpr int kSlots0 = kTiles0 + kParts * int(sizeof(StageTile<D>));
+  static constexpr int kBars0 = kSlots0 + kSlots * int(sizeof(Slot));
+  static constexpr int kDone0 = kBars0 + 8 * kSlots;  // units finished, a part
+  static constexpr int kBytes = kDone0 + 4 * kParts;
+  static_assert(kBytes <= 227 * 1024 - 256, "one CTA an SM, with the guard's and lists' static shared memory");
+  static constexpr int slot(int part, int stage, int warp) { return (part * kStages + stage) * kWarps + warp; }
+};
+
 __device__ __forceinline__ void part_sync(int part) {
   asm volatile("bar.sync %0, %1;" ::"r"(1 + part), "r"(kThreads) : "memory");
 }
-template <int D>
-__global__ void __launch_bounds__(kThreads * kBesideParts, 1) quantize_beside_kernel(const __grid_constant__ QuantBatch batch) {
-  extern __shared__ __align__(16) uint8_t beside_smem[];
-  grid::allow_dependents();
-  const int64_t chunks = BesideReady::chunks(batch.tpad);
+
+// A unit of the beside order -> kv block, 128-position block, tensor and head.
+struct BesideUnit {
+  int kb, chunk, which, head;
+};
+__device__ __forceinline__ BesideUnit beside_unit(const QuantBatch& batch, int chunks, int u) {
   const int hkv = batch.t[1].heads, kvb = batch.kv_block, group_heads = kvb * (batch.t[0].heads / hkv);
   const int block_heads = group_heads + 2 * kvb;  // a kv block's q, k and v heads
+  BesideUnit b;
+  b.kb = u / (chunks * block_heads);
+  const int r = u - b.kb * chunks * block_heads;
+  b.chunk = r / block_heads;
+  int hh = r - b.chunk * block_heads;
+  if (hh < group_heads) b.which = 0, b.head = b.kb * group_heads + hh;
+  else if ((hh -= group_heads) < kvb) b.which = 1, b.head = b.kb * kvb + hh;
+  else b.which = 2, b.head = b.kb * kvb + hh - kvb;
+  return b;
+}
+
+template <int D>
+__global__ void __launch_bounds__(BesidePlan<D>::kThreads, 1) quantize_beside_kernel(const __grid_constant__ QuantBatch batch) {
+  using P = BesidePlan<D>;
+  using G = GroupLanes<D>;
+  extern __shared__ __align__(128) uint8_t beside_smem[];
+  const uint32_t base = sm90::ptx::smem_addr(beside_smem);
+  int* const done = reinterpret_cast<int*>(beside_smem + P::kDone0);
+  grid::allow_dependents();
+  const int chunks = int(BesideReady::chunks(batch.tpad)), hkv = batch.t[1].heads;
+  const int units = chunks * batch.heads;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < P::kSlots; ++i) sm90::mbar::init(base + P::kBars0 + 8 * i, 1);
+    for (int p = 0; p < P::kParts; ++p) done[p] = 0;
+    sm90::mbar::fence_init();
+  }
   if (blockIdx.x == 0) {
-    guard_and_lists<kThreads * kBesideParts>(batch);
+    guard_and_lists<P::kThreads>(batch);
     __syncthreads();
     if (threadIdx.x == 0) {
       __threadfence();
       atomicAdd(batch.ready + BesideReady::lists(batch.tpad, hkv), 1);
     }
   }
-  const int part = int(threadIdx.x) / kThreads, tid = int(threadIdx.x) % kThreads;
-  StageTile<D>& tile = reinterpret_cast<StageTile<D>*>(beside_smem)[part];
-  const int64_t units = chunks * batch.heads;
-  for (int64_t u = int64_t(blockIdx.x) * kBesideParts + part; u < units; u += int64_t(gridDim.x) * kBesideParts) {
-    const int kb = int(u / (chunks * block_heads));
-    const int64_t r = u - kb * chunks * block_heads, chunk = r / block_heads;
-    int hh = int(r - chunk * block_heads), which = 0, head = 0;
-    if (hh < group_heads) head = kb * group_heads + hh;
-    else if ((hh -= group_heads) < kvb) which = 1, head = kb * kvb + hh;
-    else which = 2, head = kb * kvb + hh - kvb;
-    const QuantTensor& t = which == 0 ? batch.t[0] : which == 1 ? batch.t[1] : batch.t[2];
-    quantize_unit<D, false>(batch, t, head, chunk * kBlockPositions, tile, tid >> 5, tid, [part] { part_sync(part); });
-    __threadfence();
-    part_sync(part);  // every thread's writes fenced; the tile free for the next unit
-    if (tid == 0) {
-      atomicAdd(batch.ready + BesideReady::block(batch.tpad, kb, chunk), 1);
-      atomicAdd(batch.ready + BesideReady::kv_done(batch.tpad, hkv, kb), 1);
+  __syncthreads();
+  const int warp_all = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int first = int(blockIdx.x) * P::kParts, stride = int(gridDim.x) * P::kParts;
+
+  if (warp_all >= P::kParts * kWarps) {  // a part's signal warp
+    const int part = warp_all - P::kParts * kWarps;
+    for (int k = 0; first + part + k * stride < units;) {
+      int finished = 0;
+      if (lane == 0) {
+        while ((finished = sm90::ptx::ld_acquire_cta_shared(base + P::kDone0 + 4 * part)) <= k) __nanosleep(64);
+        sm90::ptx::fence_acq_rel_gpu();
+        for (int j = k; j < finished; ++j) {
+          const BesideUnit b = beside_unit(batch, chunks, first + part + j * stride);
+          sm90::ptx::red_add_gpu(batch.ready + BesideReady::block(batch.tpad, b.kb, b.chunk), 1);
+          sm90::ptx::red_add_gpu(batch.ready + BesideReady::kv_done(batch.tpad, hkv, b.kb), 1);
+        }
+      }
+      k = __shfl_sync(0xffffffffu, finished, 0);
     }
+    return;
+  }
+
+  const int part = warp_all / kWarps, warp = warp_all % kWarps, tid = int(threadIdx.x) % kThreads;
+  StageTile<D>& tile = reinterpret_cast<StageTile<D>*>(beside_smem + P::kTiles0)[part];
+  const uint64_t policy = sm90::tma::evict_first_policy();  // the bf16 rows are read once
+  // The copies of this warp's group of the part's k-th unit into stage k % kStages.
+  auto issue = [&](int k) {
+    const int u = first + part + k * stride;
+    if (u >= units) return;
+    const BesideUnit b = beside_unit(batch, chunks, u);
+    const QuantTensor& t = b.which == 0 ? batch.t[0] : b.which == 1 ? batch.t[1] : batch.t[2];
+    int64_t tok0 = 0;
+    const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
+                                int64_t(b.chunk) * kBlockPositions + warp * kTokenGroup, lane, &tok0);
+    const int i = P::slot(part, k % P::kStages, warp);
+    const uint32_t bar = base + P::kBars0 + 8 * i;
+    if (lane == 0) {
+      *reinterpret_cast<typename P::Slot*>(beside_smem + P::kSlots0 + i * int(sizeof(typename P::Slot))) =
+          {tok0, rows, b.chunk, b.which, b.head};
+      sm90::mbar::arrive_expect_tx(bar, uint32_t(rows) * D * 2);
+    }
+    __syncwarp();
+    if (lane < rows)
+      sm90::tma::load_bulk(base + P::kRows0 + i * P::kGroupBytes + lane * D * 2,
+                           t.src + (tok0 + lane) * t.stride_t + int64_t(b.head) * t.stride_h, D * 2, bar, policy);
+  };
+  for (int k = 0; k < P::kStages - 1; ++k) issue(k);
+  for (int k = 0; first + part + k * stride < units; ++k) {
+    issue(k + P::kStages - 1);
+    const int i = P::slot(part, k % P::kStages, warp);
+    sm90::mbar::wait(base + P::kBars0 + 8 * i, uint32_t(k / P::kStages) & 1u);
+    const typename P::Slot s =
+        *reinterpret_cast<const typename P::Slot*>(beside_smem + P::kSlots0 + i * int(sizeof(typename P::Slot)));
+    uint4 x[G::kPasses];
+#pragma unroll
+    for (int it = 0; it < G::kPasses; ++it) {
+      const int r = it * G::kRowsPerPass + lane / G::kLanesPerRow;
+      x[it] = r < s.rows ? *reinterpret_cast<const uint4*>(beside_smem + P::kRows0 + i * P::kGroupBytes + r * D * 2 +
+                                                           16 * (lane % G::kLanesPerRow))
+                         : make_uint4(0, 0, 0, 0);
+    }
+    // The stage is written again by the copies issued at the top of iteration k + 1: order
+    // these reads before them (generic then async proxy).
+    sm90::ptx::fence_proxy_async_shared();
+    const QuantTensor& t = s.which == 0 ? batch.t[0] : s.which == 1 ? batch.t[1] : batch.t[2];
+    quantize_rows<D, false>(batch, t, s.head, int64_t(s.chunk) * kBlockPositions, tile, warp, tid, x, x, s.tok0,
+                            s.rows, [part] { part_sync(part); });
+    part_sync(part);  // the part's writes before the count below; the tile free for the next unit
+    if (tid == 0) sm90::ptx::st_release_cta_shared(base + P::kDone0 + 4 * part, k + 1);
   }
 }
 
@@ -434,18 +566,16 @@ cudaError_t launch_quantize(QuantBatch batch, int head_dim, cudaStream_t stream)
   return cudaGetLastError();
 }
 
-// Beside the forward: a third of the SMs, where a CTA with ~64 KB or more of loads in flight
-// streams at the copy bandwidth (docs/PERFORMANCE.md, "the partition probe: outcome"). Its
-// dynamic shared memory holds the parts' staging tiles and is asked large enough that no
-// second CTA fits an SM, whatever the registers: the grid holds exactly that many SMs.
+// Beside the forward: a third of the SMs, where a CTA that keeps ~64 KB or more of loads in
+// flight streams at the copy bandwidth (docs/PERFORMANCE.md, "the partition probe: outcome").
+// Its shared memory (the stages) holds an SM: the grid holds exactly that many SMs.
 template <int D>
 cudaError_t launch_beside(const QuantBatch& batch, unsigned grid, cudaStream_t stream) {
-  constexpr int kOneCtaAnSm = 116 * 1024;
-  static_assert(kBesideParts * int(sizeof(StageTile<D>)) <= kOneCtaAnSm, "the parts' tiles fit");
+  using P = BesidePlan<D>;
   const cudaError_t e =
-      cudaFuncSetAttribute(quantize_beside_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kOneCtaAnSm);
+      cudaFuncSetAttribute(quantize_beside_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kBytes);
   if (e != cudaSuccess) return e;
-  quantize_beside_kernel<D><<<grid, kThreads * kBesideParts, kOneCtaAnSm, stream>>>(batch);
+  quantize_beside_kernel<D><<<grid, P::kThreads, P::kBytes, stream>>>(batch);
   return cudaGetLastError();
 }
 
