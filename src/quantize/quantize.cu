@@ -579,15 +579,10 @@ cudaError_t launch_beside(const QuantBatch& batch, unsigned grid, cudaStream_t s
   return cudaGetLastError();
 }
 
-cudaError_t launch_quantize_beside(QuantBatch batch, int head_dim, cudaStream_t stream) {
+cudaError_t launch_quantize_beside(QuantBatch batch, int head_dim, unsigned ctas, cudaStream_t stream) {
   batch.heads = batch.t[0].heads + batch.t[1].heads + batch.t[2].heads;
-  int device = 0, sms = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return e;
-  const unsigned grid = unsigned(sms / 3 > 1 ? sms / 3 : 1);
-  if (head_dim == 64) return launch_beside<64>(batch, grid, stream);
-  if (head_dim == 128) return launch_beside<128>(batch, grid, stream);
+  if (head_dim == 64) return launch_beside<64>(batch, ctas, stream);
+  if (head_dim == 128) return launch_beside<128>(batch, ctas, stream);
   return cudaErrorInvalidValue;
 }
 
@@ -772,7 +767,15 @@ cudaError_t read_qkv8_fingerprint(const DeviceCall& p, const void* qkv8, uint64_
   return e != cudaSuccess ? e : cudaStreamSynchronize(p.stream);
 }
 
-cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward, bool beside) {
+BesideLaunch BesideLaunch::for_forward(const DeviceCall& p) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    sms = 3;  // the launch that follows reports the device's error
+  return {unsigned(sms / 3 > 1 ? sms / 3 : 1), order::forward_kv_block(p.total_tokens, p.hkv, p.head_dim)};
+}
+
+cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward, const BesideLaunch* beside) {
   if (p.total_tokens == 0) return cudaSuccess;
   if (!quant::rows_16b_aligned(p.q, p.q_stride_t, p.q_stride_h) ||
       !quant::rows_16b_aligned(p.k, p.k_stride_t, p.k_stride_h) ||
@@ -819,12 +822,13 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward, boo
                                   reinterpret_cast<guard::DeviceError*>(base + layout.status),
                                   guard::kStageQuantize);
   quant::guard_work_lists(batch.guard, base, layout);
-  if (!beside) return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
+  if (beside == nullptr) return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
+  if (beside->ctas == 0 || beside->kv_block < 1 || p.hkv % beside->kv_block != 0) return cudaErrorInvalidValue;
   batch.ready = reinterpret_cast<int*>(base + layout.ready);
-  batch.kv_block = order::forward_kv_block(p.total_tokens, p.hkv, p.head_dim);
+  batch.kv_block = beside->kv_block;
   const cudaError_t e =
       cudaMemsetAsync(batch.ready, 0, size_t(quant::BesideReady::ints(layout.tpad, p.hkv)) * sizeof(int), p.stream);
-  return e != cudaSuccess ? e : quant::launch_quantize_beside(batch, p.head_dim, p.stream);
+  return e != cudaSuccess ? e : quant::launch_quantize_beside(batch, p.head_dim, beside->ctas, p.stream);
 }
 
 }  // namespace quant
