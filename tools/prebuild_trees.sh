@@ -16,6 +16,7 @@ for spec in "$@"; do
   programs="flamia_gpu_tests flamia_bench flamia_fuzz"
   grep -q flamia_issue_probe ".ab/$name/CMakeLists.txt" && programs="$programs flamia_issue_probe"
   grep -q flamia_boundary_probe ".ab/$name/CMakeLists.txt" && programs="$programs flamia_boundary_probe"
+  grep -q flamia_quant_probe ".ab/$name/CMakeLists.txt" && programs="$programs flamia_quant_probe"
   { cmake -S ".ab/$name" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON &&
     ninja -C "$build" -j"$jobs" flamia $programs; } >"$build.log" 2>&1 ||
     { echo "$name: build failed ($build.log)"; continue; }
