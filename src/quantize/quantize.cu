@@ -353,8 +353,8 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
 // quantizer does on every SM, which is HBM-bound; a part that loads into registers runs its
 // unit as one dependent chain with its loads idle while it computes (docs/PERFORMANCE.md, "v136
 // outcome"). So the rows come by bulk asynchronous copies into a ring of shared-memory stages,
-// kStages - 1 units ahead of the one being quantized, and the counts are raised by a warp of
-// their own, whose fences stall nobody else.
+// kStages - 1 units ahead of the one being quantized (a stage is refilled once its rows have
+// been used), and the counts are raised by a warp of their own, whose fences stall nobody else.
 //
 // Part p of a CTA (warps 8p .. 8p + 7, its own staging tile and named barrier) takes units p,
 // p + parts, ... of the order the forward reads them in: kv block by kv block (its q, k and v
@@ -478,9 +478,8 @@ __global__ void __launch_bounds__(BesidePlan<D>::kThreads, 1) quantize_beside_ke
       sm90::tma::load_bulk(base + P::kRows0 + i * P::kGroupBytes + lane * D * 2,
                            t.src + (tok0 + lane) * t.stride_t + int64_t(b.head) * t.stride_h, D * 2, bar, policy);
   };
-  for (int k = 0; k < P::kStages - 1; ++k) issue(k);
+  for (int k = 0; k < P::kStages; ++k) issue(k);
   for (int k = 0; first + part + k * stride < units; ++k) {
-    issue(k + P::kStages - 1);
     const int i = P::slot(part, k % P::kStages, warp);
     sm90::mbar::wait(base + P::kBars0 + 8 * i, uint32_t(k / P::kStages) & 1u);
     const typename P::Slot s =
@@ -493,14 +492,14 @@ __global__ void __launch_bounds__(BesidePlan<D>::kThreads, 1) quantize_beside_ke
                                                            16 * (lane % G::kLanesPerRow))
                          : make_uint4(0, 0, 0, 0);
     }
-    // The stage is written again by the copies issued at the top of iteration k + 1: order
-    // these reads before them (generic then async proxy).
-    sm90::ptx::fence_proxy_async_shared();
     const QuantTensor& t = s.which == 0 ? batch.t[0] : s.which == 1 ? batch.t[1] : batch.t[2];
     quantize_rows<D, false>(batch, t, s.head, int64_t(s.chunk) * kBlockPositions, tile, warp, tid, x, x, s.tok0,
                             s.rows, [part] { part_sync(part); });
     part_sync(part);  // the part's writes before the count below; the tile free for the next unit
     if (tid == 0) sm90::ptx::st_release_cta_shared(base + P::kDone0 + 4 * part, k + 1);
+    // The stage's rows were read into x and used above: its next copies may overwrite it. (A
+    // proxy fence after the reads instead, v137, put every unit behind the copies in flight.)
+    issue(k + P::kStages);
   }
 }
 

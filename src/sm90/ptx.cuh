@@ -44,11 +44,6 @@ __device__ __forceinline__ int ld_acquire_cta_shared(uint32_t addr) {
   asm volatile("ld.acquire.cta.shared::cta.s32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
-// Orders this thread's generic-proxy reads of shared memory before later async-proxy writes
-// (bulk copies) to the same bytes.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 
 // ---- asynchronous global -> shared copies (cp.async, sm_80+) ---------------------------
 // A source size of 0 writes zeros and reads nothing: this is how rows outside the current
