@@ -497,8 +497,9 @@ __global__ void __launch_bounds__(BesidePlan<D>::kThreads, 1) quantize_beside_ke
                             s.rows, [part] { part_sync(part); });
     part_sync(part);  // the part's writes before the count below; the tile free for the next unit
     if (tid == 0) sm90::ptx::st_release_cta_shared(base + P::kDone0 + 4 * part, k + 1);
-    // The stage's rows were read into x and used above: its next copies may overwrite it. (A
-    // proxy fence after the reads instead, v137, put every unit behind the copies in flight.)
+    // The stage's rows were read into x and used above: its next copies may overwrite it. (v137
+    // fenced the proxies after the reads instead, a fence that may wait for the copies in
+    // flight: docs/PERFORMANCE.md, v138.)
     issue(k + P::kStages);
   }
 }
