@@ -39,6 +39,7 @@
 #include "sm90/arch/mbarrier.cuh"
 #include "sm90/arch/tma.cuh"
 #include "sm90/ptx.cuh"
+#include "sm90/launch/tensor_map.h"
 
 namespace flamia {
 namespace quant {
@@ -74,6 +75,8 @@ struct QuantBatch {
                                       // one whose count is set: the third exists at D = 64 only)
   int* ready = nullptr;               // beside the forward: qkv8's counts (BesideReady)
   int kv_block = 0;                   // beside the forward: its kv heads a block
+  // Beside the forward: t[i].src as boxes of 16 tokens of one head's row (bytes), by TMA.
+  CUtensorMap rows_map[3];
 };
 
 // Largest b with padded_doc_start(b) <= pos (starts strictly increase with b). Called by
@@ -352,16 +355,16 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
 // no SM is left to run). There it must stream several times faster an SM than the plain
 // quantizer does on every SM, which is HBM-bound; a part that loads into registers runs its
 // unit as one dependent chain with its loads idle while it computes (docs/PERFORMANCE.md, "v136
-// outcome"). So the rows come by bulk asynchronous copies into a ring of shared-memory stages,
+// outcome"). So the rows come by TMA (a box of 16 tokens a warp) into a ring of shared-memory stages,
 // kStages - 1 units ahead of the one being quantized (a stage is refilled once its rows have
 // been used), and the counts are raised by a warp of their own, whose fences stall nobody else.
 //
 // Part p of a CTA (warps 8p .. 8p + 7, its own staging tile and named barrier) takes units p,
 // p + parts, ... of the order the forward reads them in: kv block by kv block (its q, k and v
 // heads), each block's positions from the first, heads fastest. Each warp of a part owns its
-// 16-token group of each unit: it issues the group's row copies (one a lane, rows past the
-// document not copied) into its slice of a stage, with an mbarrier of its own, and later reads
-// them back as the plain kernel's loads would have left them. After a unit (the part's
+// 16-token group of each unit: its lane 0 issues the group's box into its slice of a stage,
+// with an mbarrier of its own, and the warp later reads the rows back as the plain kernel's
+// loads would have left them. After a unit (the part's
 // barrier) the part's first thread publishes how many units it has finished; the part's
 // signal warp, seeing that count move, fences once at GPU scope and raises the counts of every
 // unit finished since it last looked. CTA 0 first validates cu_seqlens and builds the work
@@ -456,13 +459,13 @@ __global__ void __launch_bounds__(BesidePlan<D>::kThreads, 1) quantize_beside_ke
 
   const int part = warp_all / kWarps, warp = warp_all % kWarps, tid = int(threadIdx.x) % kThreads;
   StageTile<D>& tile = reinterpret_cast<StageTile<D>*>(beside_smem + P::kTiles0)[part];
-  const uint64_t policy = sm90::tma::evict_first_policy();  // the bf16 rows are read once
-  // The copies of this warp's group of the part's k-th unit into stage k % kStages.
+  // The copy of this warp's group of the part's k-th unit into stage k % kStages: one box of
+  // 16 tokens (rows past the document are the next tokens, or zeros past the tensor; they are
+  // read as zeros below), none for a group without tokens.
   auto issue = [&](int k) {
     const int u = first + part + k * stride;
     if (u >= units) return;
     const BesideUnit b = beside_unit(batch, chunks, u);
-    const QuantTensor& t = b.which == 0 ? batch.t[0] : b.which == 1 ? batch.t[1] : batch.t[2];
     int64_t tok0 = 0;
     const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
                                 int64_t(b.chunk) * kBlockPositions + warp * kTokenGroup, lane, &tok0);
@@ -471,12 +474,13 @@ __global__ void __launch_bounds__(BesidePlan<D>::kThreads, 1) quantize_beside_ke
     if (lane == 0) {
       *reinterpret_cast<typename P::Slot*>(beside_smem + P::kSlots0 + i * int(sizeof(typename P::Slot))) =
           {tok0, rows, b.chunk, b.which, b.head};
-      sm90::mbar::arrive_expect_tx(bar, uint32_t(rows) * D * 2);
+      if (rows > 0) {
+        sm90::mbar::arrive_expect_tx(bar, P::kGroupBytes);
+        sm90::tma::load_3d(base + P::kRows0 + i * P::kGroupBytes, batch.rows_map[b.which], bar, 0, b.head, int(tok0));
+      } else {
+        sm90::mbar::arrive(bar);
+      }
     }
-    __syncwarp();
-    if (lane < rows)
-      sm90::tma::load_bulk(base + P::kRows0 + i * P::kGroupBytes + lane * D * 2,
-                           t.src + (tok0 + lane) * t.stride_t + int64_t(b.head) * t.stride_h, D * 2, bar, policy);
   };
   for (int k = 0; k < P::kStages; ++k) issue(k);
   for (int k = 0; first + part + k * stride < units; ++k) {
@@ -824,6 +828,13 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward, con
   quant::guard_work_lists(batch.guard, base, layout);
   if (beside == nullptr) return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
   if (beside->ctas == 0 || beside->kv_block < 1 || p.hkv % beside->kv_block != 0) return cudaErrorInvalidValue;
+  for (int i = 0; i < 3; ++i) {  // bytes {a head's row, head, token}; the rows are 16-byte aligned (above)
+    const QuantTensor& t = batch.t[i];
+    const uint64_t dims[3] = {uint64_t(p.head_dim) * 2, uint64_t(t.heads), uint64_t(p.total_tokens)};
+    const uint64_t strides[2] = {uint64_t(t.stride_h) * 2, uint64_t(t.stride_t) * 2};
+    const uint32_t box[3] = {uint32_t(p.head_dim) * 2, 1, uint32_t(kTokenGroup)};
+    if (const cudaError_t e = sm90::encode_u8_map(&batch.rows_map[i], t.src, 3, dims, strides, box, 0, 256)) return e;
+  }
   batch.ready = reinterpret_cast<int*>(base + layout.ready);
   batch.kv_block = beside->kv_block;
   const cudaError_t e =
