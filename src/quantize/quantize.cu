@@ -355,17 +355,18 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
 // no SM is left to run). There it must stream several times faster an SM than the plain
 // quantizer does on every SM, which is HBM-bound; a part that loads into registers runs its
 // unit as one dependent chain with its loads idle while it computes (docs/PERFORMANCE.md, "v136
-// outcome"). So the rows come by TMA (a box of 16 tokens a warp) into a ring of shared-memory stages,
-// kStages - 1 units ahead of the one being quantized (a stage is refilled once its rows have
-// been used), and the counts are raised by a warp of their own, whose fences stall nobody else.
+// outcome"). So the rows come by TMA (a box of 16 tokens a warp) into a ring of shared-memory
+// stages, kStages - 1 units ahead of the one being quantized (a stage is refilled once its rows
+// have been used), and the counts are raised by a warp of their own, whose fences stall nobody
+// else.
 //
 // Part p of a CTA (warps 8p .. 8p + 7, its own staging tile and named barrier) takes units p,
 // p + parts, ... of the order the forward reads them in: kv block by kv block (its q, k and v
 // heads), each block's positions from the first, heads fastest. Each warp of a part owns its
 // 16-token group of each unit: its lane 0 issues the group's box into its slice of a stage,
 // with an mbarrier of its own, and the warp later reads the rows back as the plain kernel's
-// loads would have left them. After a unit (the part's
-// barrier) the part's first thread publishes how many units it has finished; the part's
+// loads would have left them. After a unit (the part's barrier) the part's first thread
+// publishes how many units it has finished; the part's
 // signal warp, seeing that count move, fences once at GPU scope and raises the counts of every
 // unit finished since it last looked. CTA 0 first validates cu_seqlens and builds the work
 // lists with all its threads, then raises the lists' count.
