@@ -29,6 +29,7 @@
 #include "quantize/quantize.cuh"
 
 #include "common/convert.cuh"
+#include "common/fast_div.h"
 #include "common/grid_dependency.cuh"
 #include "common/overlap.h"
 #include "flamia/formats.h"
@@ -75,6 +76,7 @@ struct QuantBatch {
                                       // one whose count is set: the third exists at D = 64 only)
   int* ready = nullptr;               // beside the forward: qkv8's counts (BesideReady)
   int kv_block = 0;                   // beside the forward: its kv heads a block
+  FastDiv units_a_block, block_heads; // beside the forward: chunks * a kv block's heads, and those heads
   // Beside the forward: t[i].src as boxes of 16 tokens of one head's row (bytes), by TMA.
   CUtensorMap rows_map[3];
 };
@@ -96,21 +98,41 @@ __device__ __forceinline__ int doc_of_padded_position(const int32_t* cu, int num
   return lo;
 }
 
-// The tokens of the 16-position group at padded position pos0: returns how many (0 for
-// padding or past Tpad) and sets *tok0 to the first. Called by the whole warp. Clamped to the
-// document and to [0, T): a kernel may run before (or beside) the one that validates
-// cu_seqlens, so it may see any values (the call's outputs are then NaN, guard.cuh).
-__device__ __forceinline__ int group_rows(const int32_t* cu, int num_docs, int64_t total_tokens, int64_t tpad,
-                                          int64_t pos0, int lane, int64_t* tok0) {
-  *tok0 = 0;
-  if (pos0 >= tpad) return 0;
-  const int b = doc_of_padded_position(cu, num_docs, pos0, lane);
+// The tokens of the 16-position group at padded position pos0 of document b: how many (0
+// for padding or past Tpad), *tok0 the first. Clamped to the document and to [0, T): a kernel
+// may run before (or beside) the one that validates cu_seqlens, so it may see any values (the
+// call's outputs are then NaN, guard.cuh).
+__device__ __forceinline__ int group_rows_in_doc(const int32_t* cu, int b, int64_t total_tokens, int64_t pos0,
+                                                 int64_t* tok0) {
   const int64_t doc_first = __ldg(cu + b);
   const int64_t first = doc_first + (pos0 - padded_doc_start(doc_first, b));
   const int64_t last = min(int64_t(__ldg(cu + b + 1)), total_tokens);
   *tok0 = min(max(first, int64_t(0)), total_tokens);
   const int64_t left = first < 0 ? 0 : last - *tok0;
   return left <= 0 ? 0 : (left >= kTokenGroup ? kTokenGroup : int(left));
+}
+
+// group_rows_in_doc for the group at pos0, its document found by the whole warp.
+__device__ __forceinline__ int group_rows(const int32_t* cu, int num_docs, int64_t total_tokens, int64_t tpad,
+                                          int64_t pos0, int lane, int64_t* tok0) {
+  *tok0 = 0;
+  if (pos0 >= tpad) return 0;
+  return group_rows_in_doc(cu, doc_of_padded_position(cu, num_docs, pos0, lane), total_tokens, pos0, tok0);
+}
+
+// group_rows for one lane alone: a binary search (its steps dependent loads, for a warp whose
+// lanes each look up a different group off the critical path). Any cu_seqlens keeps it in range.
+__device__ __forceinline__ int group_rows_one_lane(const int32_t* cu, int num_docs, int64_t total_tokens,
+                                                   int64_t tpad, int64_t pos0, int64_t* tok0) {
+  *tok0 = 0;
+  if (pos0 >= tpad) return 0;
+  int lo = 0, hi = num_docs - 1;  // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (padded_doc_start(__ldg(cu + mid), mid) <= pos0) lo = mid;
+    else hi = mid - 1;
+  }
+  return group_rows_in_doc(cu, lo, total_tokens, pos0, tok0);
 }
 
 // Max of |x| over the 8 bf16 of a 16-byte chunk, as bits (NaN compares above Inf, so a
@@ -195,9 +217,13 @@ __device__ __forceinline__ void write_fp8_transposed(StageTile<D>& tile, uint8_t
     const int g = item % kWarps, j = item / kWarps;
     const int64_t pos = block_pos + g * kTokenGroup;
     if (pos >= tpad) continue;
+    // Row r sits at r ^ (g >> 2): the even rows at fixed offsets from row 0's word, the odd
+    // ones from row 1's, so the 16 reads take two address computations, not sixteen.
+    const uint32_t* const even = tile.at(g, 0, j);
+    const uint32_t* const odd = tile.at(g, 1, j);
     uint32_t w[kTokenGroup];
 #pragma unroll
-    for (int r = 0; r < kTokenGroup; ++r) w[r] = *tile.at(g, r, j);
+    for (int r = 0; r < kTokenGroup; ++r) w[r] = (r & 1 ? odd : even)[(r & ~1) * StageTile<D>::kQuads];
     uint32_t col[4][4];  // [column k][word qd]
 #pragma unroll
     for (int qd = 0; qd < 4; ++qd) {
@@ -325,6 +351,111 @@ __device__ __forceinline__ void quantize_unit(const QuantBatch& batch, const Qua
   quantize_rows<D, kDot>(batch, t, head, block_pos, tile, warp, tid, x, o, tok0, rows, sync);
 }
 
+// The lean lane layout (qkv, no dot): D / 32 lanes a row, four 16-byte chunks (8 bf16) a lane.
+// GroupLanes' D / 8 lanes a row spend a 4-step shuffle tree and a scale computation on every
+// 8 elements, and an address computation on every 8-byte store: ~12 instructions an element,
+// which bind the quantizer beside the forward, where a third of the SMs must stream at the
+// full bandwidth (docs/PERFORMANCE.md, v140). Lane c of its row holds chunks
+// c + L (i ^ (row & 3)), i = 0..3 (L lanes a row): rows that share a quarter-warp's 16-byte
+// shared-memory reads (or a half-warp's 8-byte tile writes) start on different chunks and hit
+// different banks, and in global memory each instruction still covers 16 L contiguous bytes a
+// row. A lane's rows differ by multiples of 4, so its chunks are the same in every pass.
+template <int D>
+struct LeanLanes {
+  static constexpr int kLanesPerRow = D / 32;
+  static constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  static constexpr int kPasses = kTokenGroup / kRowsPerPass;
+  static_assert(kRowsPerPass % 4 == 0, "a lane's chunks must not depend on the pass");
+  __device__ __forceinline__ static int row(int it, int lane) { return it * kRowsPerPass + lane / kLanesPerRow; }
+  // c + L (i ^ p) = (c + L p) ^ L i, as c < L: one XOR from the lane's first chunk.
+  __device__ __forceinline__ static int chunk(int i, int lane) {
+    return (lane % kLanesPerRow + kLanesPerRow * ((lane / kLanesPerRow) & 3)) ^ (kLanesPerRow * i);
+  }
+};
+
+// abs_max_bits_bf16x8 over a lane's four chunks, two bf16 a 16-bit lane of the max.
+__device__ __forceinline__ uint32_t abs_max_bits_bf16x32(const uint4 (&x)[4]) {
+  constexpr uint32_t kMag = 0x7fff7fffu;
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m = __vimax3_u16x2(m, x[i].x & kMag, x[i].y & kMag);
+    m = __vimax3_u16x2(m, x[i].z & kMag, x[i].w & kMag);
+  }
+  return max(m & 0xffffu, m >> 16);
+}
+
+// quantize_rows for the lean layout (x[it][i]: chunk LeanLanes::chunk(i) of row
+// LeanLanes::row(it), zeros past `rows`): the same codes, scales and transposed copy.
+template <int D, class Sync>
+__device__ __forceinline__ void quantize_rows_lean(const QuantBatch& batch, const QuantTensor& t, int head,
+                                                   int64_t block_pos, StageTile<D>& tile, int warp, int tid,
+                                                   const uint4 (&x)[LeanLanes<D>::kPasses][4], int64_t tok0,
+                                                   int rows, Sync sync) {
+  using L = LeanLanes<D>;
+  const int lane = tid & 31;
+  const int64_t row_bytes = int64_t(t.heads) * D;
+  uint8_t* const nat = t.nat != nullptr ? t.nat + (tok0 * t.heads + head) * D : nullptr;
+  float* const scale_out = t.scale + int64_t(head) * batch.total_tokens + tok0;
+#pragma unroll
+  for (int it = 0; it < L::kPasses; ++it) {
+    const int r = L::row(it, lane);
+    uint32_t amax = abs_max_bits_bf16x32(x[it]);
+#pragma unroll
+    for (int off = L::kLanesPerRow / 2; off > 0; off >>= 1)
+      amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float scale = fmt::pow2_scale_e4m3(__uint_as_float(amax << 16));
+    const bool nonfinite = fmt::is_nan_f32(scale);  // zero codes, as quantize_rows says
+    const float inv_scale = fmt::pow2_reciprocal(scale);
+    uint2 q[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = quantize_bf16x8(x[it][i], inv_scale);
+    if (__any_sync(0xffffffffu, nonfinite))  // rare: no selects on the common path
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[i] = nonfinite ? make_uint2(0u, 0u) : q[i];
+    if (r < rows) {
+      if (nat != nullptr) {
+        uint8_t* const row = nat + r * row_bytes;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) *reinterpret_cast<uint2*>(row + 8 * L::chunk(i, lane)) = q[i];
+      }
+      if (lane % L::kLanesPerRow == 0) {
+        scale_out[r] = scale;
+        if (t.nonfinite != nullptr && nonfinite) *t.nonfinite = 1u;
+      }
+    }
+    if (t.trans != nullptr)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) *reinterpret_cast<uint2*>(tile.at(warp, r, 2 * L::chunk(i, lane))) = q[i];
+  }
+  if (t.trans == nullptr) return;  // uniform over the unit
+  sync();
+  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad, tid);
+}
+
+// quantize_unit in the lean layout (no dot product).
+template <int D, class Sync>
+__device__ __forceinline__ void quantize_unit_lean(const QuantBatch& batch, const QuantTensor& t, int head,
+                                                   int64_t block_pos, StageTile<D>& tile, int warp, int tid,
+                                                   Sync sync) {
+  using L = LeanLanes<D>;
+  const int lane = tid & 31;
+  int64_t tok0 = 0;
+  const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
+                              block_pos + warp * kTokenGroup, lane, &tok0);
+  const uint16_t* const src = t.src + tok0 * t.stride_t + head * t.stride_h;
+  uint4 x[L::kPasses][4];
+#pragma unroll
+  for (int it = 0; it < L::kPasses; ++it) {
+    const int r = L::row(it, lane);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      x[it][i] = r < rows ? __ldcs(reinterpret_cast<const uint4*>(src + r * t.stride_t + 8 * L::chunk(i, lane)))
+                          : make_uint4(0, 0, 0, 0);
+  }
+  quantize_rows_lean<D>(batch, t, head, block_pos, tile, warp, tid, x, tok0, rows, sync);
+}
+
 // kDot: the dO variant (also reads O for the row dot product). Blocks per SM: the most that
 // fit the registers without spills (4-5 = 32-40 warps, 64-128 KB of loads in flight).
 template <int D, bool kDot>
@@ -345,8 +476,9 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   int head = block % batch.heads;
   const int64_t block_pos = int64_t(block / batch.heads) * kBlockPositions;
   const QuantTensor& t = tensor_of(batch, &head);
-  quantize_unit<D, kDot>(batch, t, head, block_pos, tile, int(threadIdx.x) >> 5, int(threadIdx.x),
-                         [] { __syncthreads(); });
+  const auto sync = [] { __syncthreads(); };
+  if constexpr (kDot) quantize_unit<D, true>(batch, t, head, block_pos, tile, int(threadIdx.x) >> 5, int(threadIdx.x), sync);
+  else quantize_unit_lean<D>(batch, t, head, block_pos, tile, int(threadIdx.x) >> 5, int(threadIdx.x), sync);
 }
 
 // The quantizer beside the fast forward (BesideReady, layout.cuh): a persistent grid, one CTA
@@ -403,9 +535,9 @@ __device__ __forceinline__ BesideUnit beside_unit(const QuantBatch& batch, int c
   const int hkv = batch.t[1].heads, kvb = batch.kv_block, group_heads = kvb * (batch.t[0].heads / hkv);
   const int block_heads = group_heads + 2 * kvb;  // a kv block's q, k and v heads
   BesideUnit b;
-  b.kb = u / (chunks * block_heads);
+  b.kb = int(batch.units_a_block.div(uint32_t(u)));
   const int r = u - b.kb * chunks * block_heads;
-  b.chunk = r / block_heads;
+  b.chunk = int(batch.block_heads.div(uint32_t(r)));
   int hh = r - b.chunk * block_heads;
   if (hh < group_heads) b.which = 0, b.head = b.kb * group_heads + hh;
   else if ((hh -= group_heads) < kvb) b.which = 1, b.head = b.kb * kvb + hh;
@@ -416,7 +548,7 @@ __device__ __forceinline__ BesideUnit beside_unit(const QuantBatch& batch, int c
 template <int D>
 __global__ void __launch_bounds__(BesidePlan<D>::kThreads, 1) quantize_beside_kernel(const __grid_constant__ QuantBatch batch) {
   using P = BesidePlan<D>;
-  using G = GroupLanes<D>;
+  using L = LeanLanes<D>;
   extern __shared__ __align__(128) uint8_t beside_smem[];
   const uint32_t base = sm90::ptx::smem_addr(beside_smem);
   int* const done = reinterpret_cast<int*>(beside_smem + P::kDone0);
@@ -440,39 +572,20 @@ __global__ void __launch_bounds__(BesidePlan<D>::kThreads, 1) quantize_beside_ke
   const int warp_all = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int first = int(blockIdx.x) * P::kParts, stride = int(gridDim.x) * P::kParts;
 
-  if (warp_all >= P::kParts * kWarps) {  // a part's signal warp
+  if (warp_all >= P::kParts * kWarps) {  // a part's producer warp
     const int part = warp_all - P::kParts * kWarps;
-    for (int k = 0; first + part + k * stride < units;) {
-      int finished = 0;
-      if (lane == 0) {
-        while ((finished = sm90::ptx::ld_acquire_cta_shared(base + P::kDone0 + 4 * part)) <= k) __nanosleep(64);
-        sm90::ptx::fence_acq_rel_gpu();
-        for (int j = k; j < finished; ++j) {
-          const BesideUnit b = beside_unit(batch, chunks, first + part + j * stride);
-          sm90::ptx::red_add_gpu(batch.ready + BesideReady::block(batch.tpad, b.kb, b.chunk), 1);
-          sm90::ptx::red_add_gpu(batch.ready + BesideReady::kv_done(batch.tpad, hkv, b.kb), 1);
-        }
-      }
-      k = __shfl_sync(0xffffffffu, finished, 0);
-    }
-    return;
-  }
-
-  const int part = warp_all / kWarps, warp = warp_all % kWarps, tid = int(threadIdx.x) % kThreads;
-  StageTile<D>& tile = reinterpret_cast<StageTile<D>*>(beside_smem + P::kTiles0)[part];
-  // The copy of this warp's group of the part's k-th unit into stage k % kStages: one box of
-  // 16 tokens (rows past the document are the next tokens, or zeros past the tensor; they are
-  // read as zeros below), none for a group without tokens.
-  auto issue = [&](int k) {
-    const int u = first + part + k * stride;
-    if (u >= units) return;
-    const BesideUnit b = beside_unit(batch, chunks, u);
-    int64_t tok0 = 0;
-    const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
-                                int64_t(b.chunk) * kBlockPositions + warp * kTokenGroup, lane, &tok0);
-    const int i = P::slot(part, k % P::kStages, warp);
-    const uint32_t bar = base + P::kBars0 + 8 * i;
-    if (lane == 0) {
+    // Lane g < 8 copies group g of the part's k-th unit into stage k % kStages: one box of 16
+    // tokens (rows past the document are the next tokens, or zeros past the tensor; the
+    // quantizing warps read them as zeros), none for a group without tokens.
+    auto issue = [&](int k) {
+      const int u = first + part + k * stride;
+      if (u >= units || lane >= kWarps) return;
+      const BesideUnit b = beside_unit(batch, chunks, u);
+      int64_t tok0 = 0;
+      const int rows = group_rows_one_lane(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
+                                           int64_t(b.chunk) * kBlockPositions + lane * kTokenGroup, &tok0);
+      const int i = P::slot(part, k % P::kStages, lane);
+      const uint32_t bar = base + P::kBars0 + 8 * i;
       *reinterpret_cast<typename P::Slot*>(beside_smem + P::kSlots0 + i * int(sizeof(typename P::Slot))) =
           {tok0, rows, b.chunk, b.which, b.head};
       if (rows > 0) {
@@ -481,31 +594,50 @@ __global__ void __launch_bounds__(BesidePlan<D>::kThreads, 1) quantize_beside_ke
       } else {
         sm90::mbar::arrive(bar);
       }
+    };
+    for (int k = 0; k < P::kStages; ++k) issue(k);
+    for (int k = 0; first + part + k * stride < units;) {
+      int finished = 0;
+      if (lane == 0)
+        while ((finished = sm90::ptx::ld_acquire_cta_shared(base + P::kDone0 + 4 * part)) <= k) __nanosleep(64);
+      finished = __shfl_sync(0xffffffffu, finished, 0);
+      // A finished unit's stage has been read into registers: its next copies may overwrite it.
+      for (int j = k; j < finished; ++j) issue(j + P::kStages);
+      if (lane == 0) {
+        sm90::ptx::fence_acq_rel_gpu();
+        for (int j = k; j < finished; ++j) {
+          const BesideUnit b = beside_unit(batch, chunks, first + part + j * stride);
+          sm90::ptx::red_add_gpu(batch.ready + BesideReady::block(batch.tpad, b.kb, b.chunk), 1);
+          sm90::ptx::red_add_gpu(batch.ready + BesideReady::kv_done(batch.tpad, hkv, b.kb), 1);
+        }
+      }
+      k = finished;
     }
-  };
-  for (int k = 0; k < P::kStages; ++k) issue(k);
+    return;
+  }
+
+  const int part = warp_all / kWarps, warp = warp_all % kWarps, tid = int(threadIdx.x) % kThreads;
+  StageTile<D>& tile = reinterpret_cast<StageTile<D>*>(beside_smem + P::kTiles0)[part];
   for (int k = 0; first + part + k * stride < units; ++k) {
     const int i = P::slot(part, k % P::kStages, warp);
     sm90::mbar::wait(base + P::kBars0 + 8 * i, uint32_t(k / P::kStages) & 1u);
     const typename P::Slot s =
         *reinterpret_cast<const typename P::Slot*>(beside_smem + P::kSlots0 + i * int(sizeof(typename P::Slot)));
-    uint4 x[G::kPasses];
+    const uint8_t* const rows_at = beside_smem + P::kRows0 + i * P::kGroupBytes;
+    uint4 x[L::kPasses][4];
 #pragma unroll
-    for (int it = 0; it < G::kPasses; ++it) {
-      const int r = it * G::kRowsPerPass + lane / G::kLanesPerRow;
-      x[it] = r < s.rows ? *reinterpret_cast<const uint4*>(beside_smem + P::kRows0 + i * P::kGroupBytes + r * D * 2 +
-                                                           16 * (lane % G::kLanesPerRow))
-                         : make_uint4(0, 0, 0, 0);
+    for (int it = 0; it < L::kPasses; ++it) {
+      const int r = L::row(it, lane);
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        x[it][c] = r < s.rows ? *reinterpret_cast<const uint4*>(rows_at + r * D * 2 + 16 * L::chunk(c, lane))
+                              : make_uint4(0, 0, 0, 0);
     }
     const QuantTensor& t = s.which == 0 ? batch.t[0] : s.which == 1 ? batch.t[1] : batch.t[2];
-    quantize_rows<D, false>(batch, t, s.head, int64_t(s.chunk) * kBlockPositions, tile, warp, tid, x, x, s.tok0,
-                            s.rows, [part] { part_sync(part); });
-    part_sync(part);  // the part's writes before the count below; the tile free for the next unit
+    quantize_rows_lean<D>(batch, t, s.head, int64_t(s.chunk) * kBlockPositions, tile, warp, tid, x, s.tok0, s.rows,
+                          [part] { part_sync(part); });
+    part_sync(part);  // the part's writes before the count below; the tile and the stage free
     if (tid == 0) sm90::ptx::st_release_cta_shared(base + P::kDone0 + 4 * part, k + 1);
-    // The stage's rows were read into x and used above: its next copies may overwrite it. (v137
-    // fenced the proxies after the reads instead, a fence that may wait for the copies in
-    // flight: docs/PERFORMANCE.md, v138.)
-    issue(k + P::kStages);
   }
 }
 
@@ -838,6 +970,9 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward, con
   }
   batch.ready = reinterpret_cast<int*>(base + layout.ready);
   batch.kv_block = beside->kv_block;
+  const uint32_t block_heads = uint32_t(beside->kv_block) * uint32_t(p.hq / p.hkv + 2);  // its q, k and v heads
+  batch.block_heads = FastDiv(block_heads);
+  batch.units_a_block = FastDiv(uint32_t(quant::BesideReady::chunks(layout.tpad)) * block_heads);
   const cudaError_t e =
       cudaMemsetAsync(batch.ready, 0, size_t(quant::BesideReady::ints(layout.tpad, p.hkv)) * sizeof(int), p.stream);
   return e != cudaSuccess ? e : quant::launch_quantize_beside(batch, p.head_dim, beside->ctas, p.stream);
