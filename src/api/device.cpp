@@ -233,7 +233,7 @@ Status device_forward(const Problem& p, const flamia_attention_args& a, const fl
   if (p.total_tokens == 0) return Status::success();
   mark_used(p.device);
   sm90::Params params = make_params(p, a);
-  params.quantize_beside = !qkv8_filled && sm90::forward_quantize_beside();
+  params.quantize_beside = !qkv8_filled && sm90::forward_quantize_beside(p.head_dim);
   // The first kernel validates cu_seqlens on the device (and, filled, the fingerprint);
   // the last fills out and lse with NaN if it found a fault (sm90.h).
   if (qkv8_filled) {

@@ -351,15 +351,16 @@ __device__ __forceinline__ void quantize_unit(const QuantBatch& batch, const Qua
   quantize_rows<D, kDot>(batch, t, head, block_pos, tile, warp, tid, x, o, tok0, rows, sync);
 }
 
-// The lean lane layout (qkv, no dot): D / 32 lanes a row, four 16-byte chunks (8 bf16) a lane.
+// The beside quantizer's lane layout: D / 32 lanes a row, four 16-byte chunks (8 bf16) a lane.
 // GroupLanes' D / 8 lanes a row spend a 4-step shuffle tree and a scale computation on every
-// 8 elements, and an address computation on every 8-byte store: ~12 instructions an element,
-// which bind the quantizer beside the forward, where a third of the SMs must stream at the
-// full bandwidth (docs/PERFORMANCE.md, v140). Lane c of its row holds chunks
-// c + L (i ^ (row & 3)), i = 0..3 (L lanes a row): rows that share a quarter-warp's 16-byte
-// shared-memory reads (or a half-warp's 8-byte tile writes) start on different chunks and hit
-// different banks, and in global memory each instruction still covers 16 L contiguous bytes a
-// row. A lane's rows differ by multiples of 4, so its chunks are the same in every pass.
+// 8 elements and an address computation on every 8-byte store, ~16 instructions an element:
+// more than a third of the SMs can issue at the full bandwidth (docs/PERFORMANCE.md, v140).
+// Lane c of its row holds chunks c + L (i ^ (row & 3)), i = 0..3 (L lanes a row): rows that
+// share a quarter-warp's 16-byte shared-memory reads (or a half-warp's 8-byte tile writes)
+// start on different chunks and hit different banks. A lane's rows differ by multiples of 4,
+// so its chunks are the same in every pass. (The plain quantizer keeps GroupLanes: there,
+// HBM-bound, this layout's stores of 8 or 16 bytes a row an instruction read 3-23 % slower,
+// v140 outcome.)
 template <int D>
 struct LeanLanes {
   static constexpr int kLanesPerRow = D / 32;
@@ -433,29 +434,6 @@ __device__ __forceinline__ void quantize_rows_lean(const QuantBatch& batch, cons
   write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad, tid);
 }
 
-// quantize_unit in the lean layout (no dot product).
-template <int D, class Sync>
-__device__ __forceinline__ void quantize_unit_lean(const QuantBatch& batch, const QuantTensor& t, int head,
-                                                   int64_t block_pos, StageTile<D>& tile, int warp, int tid,
-                                                   Sync sync) {
-  using L = LeanLanes<D>;
-  const int lane = tid & 31;
-  int64_t tok0 = 0;
-  const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
-                              block_pos + warp * kTokenGroup, lane, &tok0);
-  const uint16_t* const src = t.src + tok0 * t.stride_t + head * t.stride_h;
-  uint4 x[L::kPasses][4];
-#pragma unroll
-  for (int it = 0; it < L::kPasses; ++it) {
-    const int r = L::row(it, lane);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      x[it][i] = r < rows ? __ldcs(reinterpret_cast<const uint4*>(src + r * t.stride_t + 8 * L::chunk(i, lane)))
-                          : make_uint4(0, 0, 0, 0);
-  }
-  quantize_rows_lean<D>(batch, t, head, block_pos, tile, warp, tid, x, tok0, rows, sync);
-}
-
 // kDot: the dO variant (also reads O for the row dot product). Blocks per SM: the most that
 // fit the registers without spills (4-5 = 32-40 warps, 64-128 KB of loads in flight).
 template <int D, bool kDot>
@@ -476,9 +454,8 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   int head = block % batch.heads;
   const int64_t block_pos = int64_t(block / batch.heads) * kBlockPositions;
   const QuantTensor& t = tensor_of(batch, &head);
-  const auto sync = [] { __syncthreads(); };
-  if constexpr (kDot) quantize_unit<D, true>(batch, t, head, block_pos, tile, int(threadIdx.x) >> 5, int(threadIdx.x), sync);
-  else quantize_unit_lean<D>(batch, t, head, block_pos, tile, int(threadIdx.x) >> 5, int(threadIdx.x), sync);
+  quantize_unit<D, kDot>(batch, t, head, block_pos, tile, int(threadIdx.x) >> 5, int(threadIdx.x),
+                         [] { __syncthreads(); });
 }
 
 // The quantizer beside the fast forward (BesideReady, layout.cuh): a persistent grid, one CTA

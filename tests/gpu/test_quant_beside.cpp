@@ -1,8 +1,8 @@
-// FLAMIA_QUANT_BESIDE=1 (quantize.cuh, fwd_producer.cuh): the quantizing forward runs the
-// quantizer on a third of the SMs beside the fast forward, whose producer waits for the
-// quantizer's per-block counts instead of for its grid. The runner poisons qkv8 (NaN codes and
-// scales) before every call, so a tile loaded before the quantizer wrote it shows as NaN in O:
-// O and LSE must be the plain call's bits, and so must the backward that reads the qkv8 such a
+// The quantizer beside the forward (quantize.cuh, fwd_producer.cuh; by default at head dim 128,
+// FLAMIA_QUANT_BESIDE=0 / 1 off / on): the quantizing forward runs the quantizer on a third of the
+// SMs beside the fast forward, whose producer waits for the quantizer's per-block counts instead
+// of for its grid. The runner poisons qkv8 (NaN codes and scales) before every call, so a tile
+// loaded before the quantizer wrote it shows as NaN in O: O and LSE must be the plain call's bits, and so must the backward that reads the qkv8 such a
 // forward left (its copies are written by the same quantizer, past the forward's waits).
 // Shapes: fixed length over two kv blocks of the forward's order, a pack of tiny and empty
 // documents whose tiles reach into the next documents, GQA, head dims 128 and 64, non-causal.
@@ -21,6 +21,7 @@ void expect_beside_gives_the_bits(const Case& c, uint64_t seed) {
   FwdResult plain, beside;
   BwdResult plain_grads, beside_grads;
   {
+    ScopedEnv off("FLAMIA_QUANT_BESIDE", "0");
     GpuRunner r(c);
     ASSERT_EQ(r.forward_self_quantizing(in, &plain), FLAMIA_SUCCESS) << flamia_last_error();
     ASSERT_EQ(r.backward_after_forward(&plain_grads), FLAMIA_SUCCESS) << flamia_last_error();

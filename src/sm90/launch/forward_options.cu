@@ -15,12 +15,15 @@ const char* forward_trace_path() {
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 
-// FLAMIA_QUANT_BESIDE=1: the quantizer on a third of the SMs beside the fast forward, which
-// waits for what it needs as the quantizer finishes it (quantize.cuh) instead of for the whole
-// quantizer. Only where the fast forward runs the call.
-bool forward_quantize_beside() {
+// The quantizer on a third of the SMs beside the fast forward, which waits for what it needs as
+// the quantizer finishes it (quantize.cuh) instead of for the whole quantizer: by default at head
+// dim 128, where it measured 2-7 % faster (docs/PERFORMANCE.md, v140 outcome; at 64 it gained
+// nothing); FLAMIA_QUANT_BESIDE=1 or 0 sets it for every head dim. Only where the fast forward runs
+// the call.
+bool forward_quantize_beside(int head_dim) {
   const char* v = std::getenv("FLAMIA_QUANT_BESIDE");
-  return v != nullptr && std::strcmp(v, "1") == 0 && forward_p_scale_from_keys();  // the fast forward's rule
+  const bool on = v != nullptr && *v != '\0' ? std::strcmp(v, "0") != 0 : head_dim == 128;
+  return on && forward_p_scale_from_keys();  // the fast forward's rule
 }
 
 }  // namespace sm90
