@@ -232,13 +232,18 @@ Status device_forward(const Problem& p, const flamia_attention_args& a, const fl
   }
   if (p.total_tokens == 0) return Status::success();
   mark_used(p.device);
-  const sm90::Params params = make_params(p, a);
+  sm90::Params params = make_params(p, a);
+  params.quantize_beside = !qkv8_filled && sm90::forward_quantize_beside(p.head_dim);
   // The first kernel validates cu_seqlens on the device (and, filled, the fingerprint);
   // the last fills out and lse with NaN if it found a fault (sm90.h).
-  if (!qkv8_filled)
-    FLAMIA_TRY(cuda_status(quant::quantize_qkv(params, qkv8, for_backward), "quantize_qkv"));
-  else
+  if (qkv8_filled) {
     FLAMIA_TRY(cuda_status(quant::check_qkv8(params, qkv8), "check_qkv8"));
+  } else if (params.quantize_beside) {
+    const quant::BesideLaunch beside = quant::BesideLaunch::for_forward(params);
+    FLAMIA_TRY(cuda_status(quant::quantize_qkv(params, qkv8, for_backward, &beside), "quantize_qkv"));
+  } else {
+    FLAMIA_TRY(cuda_status(quant::quantize_qkv(params, qkv8, for_backward), "quantize_qkv"));
+  }
   FLAMIA_TRY(cuda_status(sm90::forward(params, qkv8, out.data, static_cast<float*>(lse.data)), "forward"));
   return cuda_status(quant::poison_forward(params, qkv8, out.data, static_cast<float*>(lse.data)), "poison_forward");
 }

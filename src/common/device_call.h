@@ -26,6 +26,9 @@ struct DeviceCall {
   float softmax_scale;                             // resolved (never 0)
   flamia_recipe recipe;
   cudaStream_t stream;
+  // The fast forward after a quantize_qkv that ran beside it (quantize.cuh): it waits for the
+  // quantizer's counts instead of for its grid.
+  bool quantize_beside;
 };
 
 }  // namespace flamia

@@ -99,6 +99,21 @@ inline WorkListRegions add_work_list(Builder& b, int64_t total_tokens, int64_t n
   return w;
 }
 
+// The quantizer beside the fast forward (quantize_qkv with beside): the forward's CTAs start
+// while the quantizer runs on a share of the SMs and wait, instead of for the whole grid, for
+// counts the quantizer raises as it finishes: one a (kv block, 128-position block) — a kv
+// block is the forward's block of kv heads (common/work_order.h), its q, k and v heads —, one
+// a kv block, and one for the work lists. Indices into qkv8's `ready` ints; kv blocks number
+// at most hkv.
+struct BesideReady {
+  static constexpr int kBlockPositions = 128;  // a quantizer block's padded positions
+  FLAMIA_HD static int64_t chunks(int64_t tpad) { return (tpad + kBlockPositions - 1) / kBlockPositions; }
+  FLAMIA_HD static int64_t ints(int64_t tpad, int hkv) { return (chunks(tpad) + 1) * hkv + 1; }
+  FLAMIA_HD static int64_t block(int64_t tpad, int kb, int64_t chunk) { return kb * chunks(tpad) + chunk; }
+  FLAMIA_HD static int64_t kv_done(int64_t tpad, int hkv, int kb) { return hkv * chunks(tpad) + kb; }
+  FLAMIA_HD static int64_t lists(int64_t tpad, int hkv) { return (chunks(tpad) + 1) * hkv; }
+};
+
 struct Qkv8Layout {
   int64_t total_tokens = 0, num_docs = 0;
   int64_t tpad = 0;
@@ -110,6 +125,8 @@ struct Qkv8Layout {
   WorkListRegions fwd_work64;               // 192-token tiles: the fast forward at D = 64 (else capacity 0)
   size_t status = 0;                        // guard::DeviceError of the last call (guard.h)
   size_t fingerprint = 0;                   // uint64: what the contents were quantized for
+  // The quantizer beside the fast forward (BesideReady): int counts, zeroed before each call.
+  size_t ready = 0;
   // Backward-only regions (0 when absent).
   size_t v8 = 0;                            // [T,Hkv,D]
   size_t nonfinite = 0;                     // fp8_mixed: uint32, nonzero when a q or k row is not finite
@@ -138,6 +155,7 @@ struct Qkv8Layout {
     if (head_dim == 64) l.fwd_work64 = add_work_list(b, total_tokens, num_docs, kFwdTile64);
     l.status = b.add(sizeof(guard::DeviceError));
     l.fingerprint = b.add(sizeof(uint64_t));
+    l.ready = b.add(BesideReady::ints(l.tpad, hkv) * sizeof(int));
     if (for_backward) {
       l.v8 = b.add(T * hkv * D);
       if (recipe == FLAMIA_RECIPE_FP8_MIXED) l.nonfinite = b.add(sizeof(uint32_t));

@@ -29,11 +29,18 @@
 #include "quantize/quantize.cuh"
 
 #include "common/convert.cuh"
+#include "common/fast_div.h"
 #include "common/grid_dependency.cuh"
 #include "common/overlap.h"
 #include "flamia/formats.h"
 #include "quantize/guard.cuh"
 #include "quantize/work_list.cuh"
+#include "common/work_order.h"
+// The beside quantizer's PTX (bulk copies into shared memory, mbarriers, the counts' fences).
+#include "sm90/arch/mbarrier.cuh"
+#include "sm90/arch/tma.cuh"
+#include "sm90/ptx.cuh"
+#include "sm90/launch/tensor_map.h"
 
 namespace flamia {
 namespace quant {
@@ -42,6 +49,7 @@ namespace {
 constexpr int kWarps = 8;  // 16-token groups per block
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockPositions = kWarps * kTokenGroup;
+static_assert(kBlockPositions == BesideReady::kBlockPositions, "the forward's counts cover the quantizer's blocks");
 
 struct QuantTensor {
   const uint16_t* src = nullptr;      // bf16 [T, H, D], head_dim contiguous
@@ -66,6 +74,11 @@ struct QuantBatch {
   guard::GuardArgs guard;             // block 0 validates cu_seqlens first (guard.cuh)
   WorkListOut work[3];                // then builds the lists when work[0].count is set (each
                                       // one whose count is set: the third exists at D = 64 only)
+  int* ready = nullptr;               // beside the forward: qkv8's counts (BesideReady)
+  int kv_block = 0;                   // beside the forward: its kv heads a block
+  FastDiv units_a_block, block_heads; // beside the forward: chunks * a kv block's heads, and those heads
+  // Beside the forward: t[i].src as boxes of 16 tokens of one head's row (bytes), by TMA.
+  CUtensorMap rows_map[3];
 };
 
 // Largest b with padded_doc_start(b) <= pos (starts strictly increase with b). Called by
@@ -85,21 +98,41 @@ __device__ __forceinline__ int doc_of_padded_position(const int32_t* cu, int num
   return lo;
 }
 
-// The tokens of the 16-position group at padded position pos0: returns how many (0 for
-// padding or past Tpad) and sets *tok0 to the first. Called by the whole warp. Clamped to the
-// document and to [0, T): a kernel may run before (or beside) the one that validates
-// cu_seqlens, so it may see any values (the call's outputs are then NaN, guard.cuh).
-__device__ __forceinline__ int group_rows(const int32_t* cu, int num_docs, int64_t total_tokens, int64_t tpad,
-                                          int64_t pos0, int lane, int64_t* tok0) {
-  *tok0 = 0;
-  if (pos0 >= tpad) return 0;
-  const int b = doc_of_padded_position(cu, num_docs, pos0, lane);
+// The tokens of the 16-position group at padded position pos0 of document b: how many (0
+// for padding or past Tpad), *tok0 the first. Clamped to the document and to [0, T): a kernel
+// may run before (or beside) the one that validates cu_seqlens, so it may see any values (the
+// call's outputs are then NaN, guard.cuh).
+__device__ __forceinline__ int group_rows_in_doc(const int32_t* cu, int b, int64_t total_tokens, int64_t pos0,
+                                                 int64_t* tok0) {
   const int64_t doc_first = __ldg(cu + b);
   const int64_t first = doc_first + (pos0 - padded_doc_start(doc_first, b));
   const int64_t last = min(int64_t(__ldg(cu + b + 1)), total_tokens);
   *tok0 = min(max(first, int64_t(0)), total_tokens);
   const int64_t left = first < 0 ? 0 : last - *tok0;
   return left <= 0 ? 0 : (left >= kTokenGroup ? kTokenGroup : int(left));
+}
+
+// group_rows_in_doc for the group at pos0, its document found by the whole warp.
+__device__ __forceinline__ int group_rows(const int32_t* cu, int num_docs, int64_t total_tokens, int64_t tpad,
+                                          int64_t pos0, int lane, int64_t* tok0) {
+  *tok0 = 0;
+  if (pos0 >= tpad) return 0;
+  return group_rows_in_doc(cu, doc_of_padded_position(cu, num_docs, pos0, lane), total_tokens, pos0, tok0);
+}
+
+// group_rows for one lane alone: a binary search (its steps dependent loads, for a warp whose
+// lanes each look up a different group off the critical path). Any cu_seqlens keeps it in range.
+__device__ __forceinline__ int group_rows_one_lane(const int32_t* cu, int num_docs, int64_t total_tokens,
+                                                   int64_t tpad, int64_t pos0, int64_t* tok0) {
+  *tok0 = 0;
+  if (pos0 >= tpad) return 0;
+  int lo = 0, hi = num_docs - 1;  // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (padded_doc_start(__ldg(cu + mid), mid) <= pos0) lo = mid;
+    else hi = mid - 1;
+  }
+  return group_rows_in_doc(cu, lo, total_tokens, pos0, tok0);
 }
 
 // Max of |x| over the 8 bf16 of a 16-byte chunk, as bits (NaN compares above Inf, so a
@@ -178,15 +211,19 @@ struct StageTile {
 // the lanes, so each store covers 128 contiguous bytes of 4 rows.
 template <int D>
 __device__ __forceinline__ void write_fp8_transposed(StageTile<D>& tile, uint8_t* trans, int head,
-                                                     int64_t block_pos, int64_t tpad) {
+                                                     int64_t block_pos, int64_t tpad, int tid) {
   constexpr int kItems = kWarps * (D / 4);
-  for (int item = threadIdx.x; item < kItems; item += kThreads) {
+  for (int item = tid; item < kItems; item += kThreads) {
     const int g = item % kWarps, j = item / kWarps;
     const int64_t pos = block_pos + g * kTokenGroup;
     if (pos >= tpad) continue;
+    // Row r sits at r ^ (g >> 2): the even rows at fixed offsets from row 0's word, the odd
+    // ones from row 1's, so the 16 reads take two address computations, not sixteen.
+    const uint32_t* const even = tile.at(g, 0, j);
+    const uint32_t* const odd = tile.at(g, 1, j);
     uint32_t w[kTokenGroup];
 #pragma unroll
-    for (int r = 0; r < kTokenGroup; ++r) w[r] = *tile.at(g, r, j);
+    for (int r = 0; r < kTokenGroup; ++r) w[r] = (r & 1 ? odd : even)[(r & ~1) * StageTile<D>::kQuads];
     uint32_t col[4][4];  // [column k][word qd]
 #pragma unroll
     for (int qd = 0; qd < 4; ++qd) {
@@ -204,57 +241,47 @@ __device__ __forceinline__ void write_fp8_transposed(StageTile<D>& tile, uint8_t
   }
 }
 
-// kDot: the dO variant (also reads O for the row dot product). Blocks per SM: the most that
-// fit the registers without spills (4-5 = 32-40 warps, 64-128 KB of loads in flight).
-template <int D, bool kDot>
-__global__ void __launch_bounds__(kThreads, kDot ? 3 : (D == 64 ? 5 : 4))
-quantize_kernel(const __grid_constant__ QuantBatch batch) {
-  constexpr int kLanesPerRow = D / 8;                   // 16 bytes of bf16 per lane
-  constexpr int kRowsPerPass = 32 / kLanesPerRow;
-  constexpr int kPasses = kTokenGroup / kRowsPerPass;
-  __shared__ __align__(16) StageTile<D> tile;  // the block's rows for the transposed copy
-  // Launched in plain stream order: the kernel after it may start in its last wave
-  // (common/grid_dependency.cuh; it waits for this one before reading anything).
-  grid::allow_dependents();
+// Block 0's work: validate cu_seqlens (guard.cuh), then build the work lists when asked.
+template <int kBlockThreads>
+__device__ __forceinline__ void guard_and_lists(const QuantBatch& batch) {
+  if (guard::guard_block<kBlockThreads>(batch.guard) && batch.work[0].count != nullptr)
+    for (const WorkListOut& list : batch.work)
+      if (list.count != nullptr && !build_work_list_block<kBlockThreads>(batch.cu, batch.num_docs, list) &&
+          threadIdx.x == 0)
+        guard::record(batch.guard, guard::DeviceError{guard::kWorkListOverflow, batch.guard.stage, 0, 0, 0});
+}
 
-  int block = int(blockIdx.x);
-  if (block == 0) {
-    if (guard::guard_block<kThreads>(batch.guard) && batch.work[0].count != nullptr)
-      for (const WorkListOut& list : batch.work)
-        if (list.count != nullptr && !build_work_list_block<kThreads>(batch.cu, batch.num_docs, list) &&
-            threadIdx.x == 0)
-          guard::record(batch.guard, guard::DeviceError{guard::kWorkListOverflow, batch.guard.stage, 0, 0, 0});
-    return;
-  }
-  --block;
-  // Head fastest (file comment): the blocks running together share a token range.
-  int head = block % batch.heads, which = 0;
-  const int64_t block_pos = int64_t(block / batch.heads) * kBlockPositions;
-  if (head >= batch.t[0].heads) {
-    head -= batch.t[0].heads;
-    which = 1;
-    if (head >= batch.t[1].heads) { head -= batch.t[1].heads; which = 2; }
-  }
-  const QuantTensor& t = which == 0 ? batch.t[0] : which == 1 ? batch.t[1] : batch.t[2];
+// The tensor of the batch's head index *head (q's heads, then k's, then v's), *head made its own.
+__device__ __forceinline__ const QuantTensor& tensor_of(const QuantBatch& batch, int* head) {
+  if (*head < batch.t[0].heads) return batch.t[0];
+  *head -= batch.t[0].heads;
+  if (*head < batch.t[1].heads) return batch.t[1];
+  *head -= batch.t[1].heads;
+  return batch.t[2];
+}
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int64_t tok0 = 0;
-  const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
-                              block_pos + warp * kTokenGroup, lane, &tok0);
+// How a warp holds its 16-token group's rows: D / 8 lanes a row (16 bytes of bf16 each), so
+// pass `it` holds rows it * kRowsPerPass + lane / kLanesPerRow.
+template <int D>
+struct GroupLanes {
+  static constexpr int kLanesPerRow = D / 8;
+  static constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  static constexpr int kPasses = kTokenGroup / kRowsPerPass;
+};
 
-  const int chunk = lane % kLanesPerRow;
-  uint4 x[kPasses], o[kPasses];
-#pragma unroll
-  for (int it = 0; it < kPasses; ++it) {
-    const int r = it * kRowsPerPass + lane / kLanesPerRow;
-    x[it] = o[it] = make_uint4(0, 0, 0, 0);
-    if (r < rows) {
-      const int64_t off = (tok0 + r) * t.stride_t + head * t.stride_h + 8 * chunk;
-      x[it] = __ldcs(reinterpret_cast<const uint4*>(t.src + off));
-      if (kDot) o[it] = __ldcs(reinterpret_cast<const uint4*>(t.dot_src + off));
-    }
-  }
-
+// A unit's rows, once in registers (x, and O's in o for kDot; zeros past `rows`), quantized:
+// the codes into t.nat and the staging tile, the scales (and dots), then after sync() — the
+// unit's barrier — the transposed copy from the tile. 8 warps (`warp` 0..7, `tid` 0..255 the
+// unit's threads); rows and tok0 from group_rows.
+template <int D, bool kDot, class Sync>
+__device__ __forceinline__ void quantize_rows(const QuantBatch& batch, const QuantTensor& t, int head,
+                                              int64_t block_pos, StageTile<D>& tile, int warp, int tid,
+                                              const uint4 (&x)[GroupLanes<D>::kPasses],
+                                              const uint4 (&o)[GroupLanes<D>::kPasses], int64_t tok0, int rows,
+                                              Sync sync) {
+  constexpr int kLanesPerRow = GroupLanes<D>::kLanesPerRow, kRowsPerPass = GroupLanes<D>::kRowsPerPass;
+  constexpr int kPasses = GroupLanes<D>::kPasses;
+  const int lane = tid & 31, chunk = lane % kLanesPerRow;
   float row_scale = 0.0f, row_dot = 0.0f;  // lane r < 16: values of row r
 #pragma unroll
   for (int it = 0; it < kPasses; ++it) {
@@ -295,9 +322,300 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
     }
   }
 
-  if (t.trans == nullptr) return;  // uniform over the block
+  if (t.trans == nullptr) return;  // uniform over the unit
+  sync();
+  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad, tid);
+}
+
+// One block's unit: 128 padded positions of one head of tensor t, its rows loaded with all of
+// a warp's loads in flight before the first use.
+template <int D, bool kDot, class Sync>
+__device__ __forceinline__ void quantize_unit(const QuantBatch& batch, const QuantTensor& t, int head,
+                                              int64_t block_pos, StageTile<D>& tile, int warp, int tid, Sync sync) {
+  using G = GroupLanes<D>;
+  const int lane = tid & 31, chunk = lane % G::kLanesPerRow;
+  int64_t tok0 = 0;
+  const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
+                              block_pos + warp * kTokenGroup, lane, &tok0);
+  uint4 x[G::kPasses], o[G::kPasses];
+#pragma unroll
+  for (int it = 0; it < G::kPasses; ++it) {
+    const int r = it * G::kRowsPerPass + lane / G::kLanesPerRow;
+    x[it] = o[it] = make_uint4(0, 0, 0, 0);
+    if (r < rows) {
+      const int64_t off = (tok0 + r) * t.stride_t + head * t.stride_h + 8 * chunk;
+      x[it] = __ldcs(reinterpret_cast<const uint4*>(t.src + off));
+      if (kDot) o[it] = __ldcs(reinterpret_cast<const uint4*>(t.dot_src + off));
+    }
+  }
+  quantize_rows<D, kDot>(batch, t, head, block_pos, tile, warp, tid, x, o, tok0, rows, sync);
+}
+
+// The beside quantizer's lane layout: D / 32 lanes a row, four 16-byte chunks (8 bf16) a lane.
+// GroupLanes' D / 8 lanes a row spend a 4-step shuffle tree and a scale computation on every
+// 8 elements and an address computation on every 8-byte store, ~16 instructions an element:
+// more than a third of the SMs can issue at the full bandwidth (docs/PERFORMANCE.md, v140).
+// Lane c of its row holds chunks c + L (i ^ (row & 3)), i = 0..3 (L lanes a row): rows that
+// share a quarter-warp's 16-byte shared-memory reads (or a half-warp's 8-byte tile writes)
+// start on different chunks and hit different banks. A lane's rows differ by multiples of 4,
+// so its chunks are the same in every pass. (The plain quantizer keeps GroupLanes: there,
+// HBM-bound, this layout's stores of 8 or 16 bytes a row an instruction read 3-23 % slower,
+// v140 outcome.)
+template <int D>
+struct LeanLanes {
+  static constexpr int kLanesPerRow = D / 32;
+  static constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  static constexpr int kPasses = kTokenGroup / kRowsPerPass;
+  static_assert(kRowsPerPass % 4 == 0, "a lane's chunks must not depend on the pass");
+  __device__ __forceinline__ static int row(int it, int lane) { return it * kRowsPerPass + lane / kLanesPerRow; }
+  // c + L (i ^ p) = (c + L p) ^ L i, as c < L: one XOR from the lane's first chunk.
+  __device__ __forceinline__ static int chunk(int i, int lane) {
+    return (lane % kLanesPerRow + kLanesPerRow * ((lane / kLanesPerRow) & 3)) ^ (kLanesPerRow * i);
+  }
+};
+
+// abs_max_bits_bf16x8 over a lane's four chunks, two bf16 a 16-bit lane of the max.
+__device__ __forceinline__ uint32_t abs_max_bits_bf16x32(const uint4 (&x)[4]) {
+  constexpr uint32_t kMag = 0x7fff7fffu;
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m = __vimax3_u16x2(m, x[i].x & kMag, x[i].y & kMag);
+    m = __vimax3_u16x2(m, x[i].z & kMag, x[i].w & kMag);
+  }
+  return max(m & 0xffffu, m >> 16);
+}
+
+// quantize_rows for the lean layout (x[it][i]: chunk LeanLanes::chunk(i) of row
+// LeanLanes::row(it), zeros past `rows`): the same codes, scales and transposed copy.
+template <int D, class Sync>
+__device__ __forceinline__ void quantize_rows_lean(const QuantBatch& batch, const QuantTensor& t, int head,
+                                                   int64_t block_pos, StageTile<D>& tile, int warp, int tid,
+                                                   const uint4 (&x)[LeanLanes<D>::kPasses][4], int64_t tok0,
+                                                   int rows, Sync sync) {
+  using L = LeanLanes<D>;
+  const int lane = tid & 31;
+  const int64_t row_bytes = int64_t(t.heads) * D;
+  uint8_t* const nat = t.nat != nullptr ? t.nat + (tok0 * t.heads + head) * D : nullptr;
+  float* const scale_out = t.scale + int64_t(head) * batch.total_tokens + tok0;
+#pragma unroll
+  for (int it = 0; it < L::kPasses; ++it) {
+    const int r = L::row(it, lane);
+    uint32_t amax = abs_max_bits_bf16x32(x[it]);
+#pragma unroll
+    for (int off = L::kLanesPerRow / 2; off > 0; off >>= 1)
+      amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float scale = fmt::pow2_scale_e4m3(__uint_as_float(amax << 16));
+    const bool nonfinite = fmt::is_nan_f32(scale);  // zero codes, as quantize_rows says
+    const float inv_scale = fmt::pow2_reciprocal(scale);
+    uint2 q[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = quantize_bf16x8(x[it][i], inv_scale);
+    if (__any_sync(0xffffffffu, nonfinite))  // rare: no selects on the common path
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[i] = nonfinite ? make_uint2(0u, 0u) : q[i];
+    if (r < rows) {
+      if (nat != nullptr) {
+        uint8_t* const row = nat + r * row_bytes;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) *reinterpret_cast<uint2*>(row + 8 * L::chunk(i, lane)) = q[i];
+      }
+      if (lane % L::kLanesPerRow == 0) {
+        scale_out[r] = scale;
+        if (t.nonfinite != nullptr && nonfinite) *t.nonfinite = 1u;
+      }
+    }
+    if (t.trans != nullptr)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) *reinterpret_cast<uint2*>(tile.at(warp, r, 2 * L::chunk(i, lane))) = q[i];
+  }
+  if (t.trans == nullptr) return;  // uniform over the unit
+  sync();
+  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad, tid);
+}
+
+// kDot: the dO variant (also reads O for the row dot product). Blocks per SM: the most that
+// fit the registers without spills (4-5 = 32-40 warps, 64-128 KB of loads in flight).
+template <int D, bool kDot>
+__global__ void __launch_bounds__(kThreads, kDot ? 3 : (D == 64 ? 5 : 4))
+quantize_kernel(const __grid_constant__ QuantBatch batch) {
+  __shared__ __align__(16) StageTile<D> tile;  // the block's rows for the transposed copy
+  // Launched in plain stream order: the kernel after it may start in its last wave
+  // (common/grid_dependency.cuh; it waits for this one before reading anything).
+  grid::allow_dependents();
+
+  int block = int(blockIdx.x);
+  if (block == 0) {
+    guard_and_lists<kThreads>(batch);
+    return;
+  }
+  --block;
+  // Head fastest (file comment): the blocks running together share a token range.
+  int head = block % batch.heads;
+  const int64_t block_pos = int64_t(block / batch.heads) * kBlockPositions;
+  const QuantTensor& t = tensor_of(batch, &head);
+  quantize_unit<D, kDot>(batch, t, head, block_pos, tile, int(threadIdx.x) >> 5, int(threadIdx.x),
+                         [] { __syncthreads(); });
+}
+
+// The quantizer beside the fast forward (BesideReady, layout.cuh): a persistent grid, one CTA
+// an SM, on a share of the SMs (launch_beside); the forward's CTAs take the others from the
+// start (it may launch once every CTA here has started, so none of them waits on a unit that
+// no SM is left to run). There it must stream several times faster an SM than the plain
+// quantizer does on every SM, which is HBM-bound; a part that loads into registers runs its
+// unit as one dependent chain with its loads idle while it computes (docs/PERFORMANCE.md, "v136
+// outcome"). So the rows come by TMA (a box of 16 tokens a warp) into a ring of shared-memory
+// stages, kStages - 1 units ahead of the one being quantized (a stage is refilled once its rows
+// have been used), and the counts are raised by a warp of their own, whose fences stall nobody
+// else.
+//
+// Part p of a CTA (warps 8p .. 8p + 7, its own staging tile and named barrier) takes units p,
+// p + parts, ... of the order the forward reads them in: kv block by kv block (its q, k and v
+// heads), each block's positions from the first, heads fastest. Each warp of a part owns its
+// 16-token group of each unit: its lane 0 issues the group's box into its slice of a stage,
+// with an mbarrier of its own, and the warp later reads the rows back as the plain kernel's
+// loads would have left them. After a unit (the part's barrier) the part's first thread
+// publishes how many units it has finished; the part's
+// signal warp, seeing that count move, fences once at GPU scope and raises the counts of every
+// unit finished since it last looked. CTA 0 first validates cu_seqlens and builds the work
+// lists with all its threads, then raises the lists' count.
+template <int D>
+struct BesidePlan {
+  static constexpr int kParts = D == 128 ? 2 : 3;
+  static constexpr int kStages = D == 128 ? 3 : 4;
+  static constexpr int kThreads = kParts * (quant::kThreads + 32);  // the parts' warps, then their signal warps
+  static constexpr int kGroupBytes = kTokenGroup * D * 2;             // a warp's bf16 rows
+  static constexpr int kSlots = kParts * kStages * kWarps;             // (part, stage, warp)
+  struct Slot {                                                        // what a warp's copies were for
+    int64_t tok0;
+    int rows, chunk, which, head;
+  };
+  static constexpr int kRows0 = 0;
+  static constexpr int kTiles0 = kRows0 + kSlots * kGroupBytes;
+  static constexpr int kSlots0 = kTiles0 + kParts * int(sizeof(StageTile<D>));
+  static constexpr int kBars0 = kSlots0 + kSlots * int(sizeof(Slot));
+  static constexpr int kDone0 = kBars0 + 8 * kSlots;  // units finished, a part
+  static constexpr int kBytes = kDone0 + 4 * kParts;
+  static_assert(kBytes <= 227 * 1024 - 256, "one CTA an SM, with the guard's and lists' static shared memory");
+  static constexpr int slot(int part, int stage, int warp) { return (part * kStages + stage) * kWarps + warp; }
+};
+
+__device__ __forceinline__ void part_sync(int part) {
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + part), "r"(kThreads) : "memory");
+}
+
+// A unit of the beside order -> kv block, 128-position block, tensor and head.
+struct BesideUnit {
+  int kb, chunk, which, head;
+};
+__device__ __forceinline__ BesideUnit beside_unit(const QuantBatch& batch, int chunks, int u) {
+  const int hkv = batch.t[1].heads, kvb = batch.kv_block, group_heads = kvb * (batch.t[0].heads / hkv);
+  const int block_heads = group_heads + 2 * kvb;  // a kv block's q, k and v heads
+  BesideUnit b;
+  b.kb = int(batch.units_a_block.div(uint32_t(u)));
+  const int r = u - b.kb * chunks * block_heads;
+  b.chunk = int(batch.block_heads.div(uint32_t(r)));
+  int hh = r - b.chunk * block_heads;
+  if (hh < group_heads) b.which = 0, b.head = b.kb * group_heads + hh;
+  else if ((hh -= group_heads) < kvb) b.which = 1, b.head = b.kb * kvb + hh;
+  else b.which = 2, b.head = b.kb * kvb + hh - kvb;
+  return b;
+}
+
+template <int D>
+__global__ void __launch_bounds__(BesidePlan<D>::kThreads, 1) quantize_beside_kernel(const __grid_constant__ QuantBatch batch) {
+  using P = BesidePlan<D>;
+  using L = LeanLanes<D>;
+  extern __shared__ __align__(128) uint8_t beside_smem[];
+  const uint32_t base = sm90::ptx::smem_addr(beside_smem);
+  int* const done = reinterpret_cast<int*>(beside_smem + P::kDone0);
+  grid::allow_dependents();
+  const int chunks = int(BesideReady::chunks(batch.tpad)), hkv = batch.t[1].heads;
+  const int units = chunks * batch.heads;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < P::kSlots; ++i) sm90::mbar::init(base + P::kBars0 + 8 * i, 1);
+    for (int p = 0; p < P::kParts; ++p) done[p] = 0;
+    sm90::mbar::fence_init();
+  }
+  if (blockIdx.x == 0) {
+    guard_and_lists<P::kThreads>(batch);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(batch.ready + BesideReady::lists(batch.tpad, hkv), 1);
+    }
+  }
   __syncthreads();
-  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad);
+  const int warp_all = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int first = int(blockIdx.x) * P::kParts, stride = int(gridDim.x) * P::kParts;
+
+  if (warp_all >= P::kParts * kWarps) {  // a part's producer warp
+    const int part = warp_all - P::kParts * kWarps;
+    // Lane g < 8 copies group g of the part's k-th unit into stage k % kStages: one box of 16
+    // tokens (rows past the document are the next tokens, or zeros past the tensor; the
+    // quantizing warps read them as zeros), none for a group without tokens.
+    auto issue = [&](int k) {
+      const int u = first + part + k * stride;
+      if (u >= units || lane >= kWarps) return;
+      const BesideUnit b = beside_unit(batch, chunks, u);
+      int64_t tok0 = 0;
+      const int rows = group_rows_one_lane(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
+                                           int64_t(b.chunk) * kBlockPositions + lane * kTokenGroup, &tok0);
+      const int i = P::slot(part, k % P::kStages, lane);
+      const uint32_t bar = base + P::kBars0 + 8 * i;
+      *reinterpret_cast<typename P::Slot*>(beside_smem + P::kSlots0 + i * int(sizeof(typename P::Slot))) =
+          {tok0, rows, b.chunk, b.which, b.head};
+      if (rows > 0) {
+        sm90::mbar::arrive_expect_tx(bar, P::kGroupBytes);
+        sm90::tma::load_3d(base + P::kRows0 + i * P::kGroupBytes, batch.rows_map[b.which], bar, 0, b.head, int(tok0));
+      } else {
+        sm90::mbar::arrive(bar);
+      }
+    };
+    for (int k = 0; k < P::kStages; ++k) issue(k);
+    for (int k = 0; first + part + k * stride < units;) {
+      int finished = 0;
+      if (lane == 0)
+        while ((finished = sm90::ptx::ld_acquire_cta_shared(base + P::kDone0 + 4 * part)) <= k) __nanosleep(64);
+      finished = __shfl_sync(0xffffffffu, finished, 0);
+      // A finished unit's stage has been read into registers: its next copies may overwrite it.
+      for (int j = k; j < finished; ++j) issue(j + P::kStages);
+      if (lane == 0) {
+        sm90::ptx::fence_acq_rel_gpu();
+        for (int j = k; j < finished; ++j) {
+          const BesideUnit b = beside_unit(batch, chunks, first + part + j * stride);
+          sm90::ptx::red_add_gpu(batch.ready + BesideReady::block(batch.tpad, b.kb, b.chunk), 1);
+          sm90::ptx::red_add_gpu(batch.ready + BesideReady::kv_done(batch.tpad, hkv, b.kb), 1);
+        }
+      }
+      k = finished;
+    }
+    return;
+  }
+
+  const int part = warp_all / kWarps, warp = warp_all % kWarps, tid = int(threadIdx.x) % kThreads;
+  StageTile<D>& tile = reinterpret_cast<StageTile<D>*>(beside_smem + P::kTiles0)[part];
+  for (int k = 0; first + part + k * stride < units; ++k) {
+    const int i = P::slot(part, k % P::kStages, warp);
+    sm90::mbar::wait(base + P::kBars0 + 8 * i, uint32_t(k / P::kStages) & 1u);
+    const typename P::Slot s =
+        *reinterpret_cast<const typename P::Slot*>(beside_smem + P::kSlots0 + i * int(sizeof(typename P::Slot)));
+    const uint8_t* const rows_at = beside_smem + P::kRows0 + i * P::kGroupBytes;
+    uint4 x[L::kPasses][4];
+#pragma unroll
+    for (int it = 0; it < L::kPasses; ++it) {
+      const int r = L::row(it, lane);
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        x[it][c] = r < s.rows ? *reinterpret_cast<const uint4*>(rows_at + r * D * 2 + 16 * L::chunk(c, lane))
+                              : make_uint4(0, 0, 0, 0);
+    }
+    const QuantTensor& t = s.which == 0 ? batch.t[0] : s.which == 1 ? batch.t[1] : batch.t[2];
+    quantize_rows_lean<D>(batch, t, s.head, int64_t(s.chunk) * kBlockPositions, tile, warp, tid, x, s.tok0, s.rows,
+                          [part] { part_sync(part); });
+    part_sync(part);  // the part's writes before the count below; the tile and the stage free
+    if (tid == 0) sm90::ptx::st_release_cta_shared(base + P::kDone0 + 4 * part, k + 1);
+  }
 }
 
 // Recipe fp8's backward: Qᵀ and Kᵀ, transposed from qkv8's natural q8 and k8 into the
@@ -346,7 +664,7 @@ __global__ void __launch_bounds__(kThreads) transpose_codes_kernel(const __grid_
   for (int it = 0; it < kPasses; ++it)
     *reinterpret_cast<uint2*>(tile.at(warp, it * kRowsPerPass + lane / kLanesPerRow, 2 * chunk)) = x[it];
   __syncthreads();
-  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad);
+  write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad, int(threadIdx.x));
 }
 
 template <bool kDot>
@@ -360,6 +678,26 @@ cudaError_t launch_quantize(QuantBatch batch, int head_dim, cudaStream_t stream)
   else if (head_dim == 128) quantize_kernel<128, kDot><<<grid, kThreads, 0, stream>>>(batch);
   else return cudaErrorInvalidValue;
   return cudaGetLastError();
+}
+
+// Beside the forward: a third of the SMs, where a CTA that keeps ~64 KB or more of loads in
+// flight streams at the copy bandwidth (docs/PERFORMANCE.md, "the partition probe: outcome").
+// Its shared memory (the stages) holds an SM: the grid holds exactly that many SMs.
+template <int D>
+cudaError_t launch_beside(const QuantBatch& batch, unsigned grid, cudaStream_t stream) {
+  using P = BesidePlan<D>;
+  const cudaError_t e =
+      cudaFuncSetAttribute(quantize_beside_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kBytes);
+  if (e != cudaSuccess) return e;
+  quantize_beside_kernel<D><<<grid, P::kThreads, P::kBytes, stream>>>(batch);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_quantize_beside(QuantBatch batch, int head_dim, unsigned ctas, cudaStream_t stream) {
+  batch.heads = batch.t[0].heads + batch.t[1].heads + batch.t[2].heads;
+  if (head_dim == 64) return launch_beside<64>(batch, ctas, stream);
+  if (head_dim == 128) return launch_beside<128>(batch, ctas, stream);
+  return cudaErrorInvalidValue;
 }
 
 QuantTensor source(const void* x, int64_t stride_t, int64_t stride_h, int heads) {
@@ -543,7 +881,15 @@ cudaError_t read_qkv8_fingerprint(const DeviceCall& p, const void* qkv8, uint64_
   return e != cudaSuccess ? e : cudaStreamSynchronize(p.stream);
 }
 
-cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward) {
+BesideLaunch BesideLaunch::for_forward(const DeviceCall& p) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    sms = 3;  // the launch that follows reports the device's error
+  return {unsigned(sms / 3 > 1 ? sms / 3 : 1), order::forward_kv_block(p.total_tokens, p.hkv, p.head_dim)};
+}
+
+cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward, const BesideLaunch* beside) {
   if (p.total_tokens == 0) return cudaSuccess;
   if (!quant::rows_16b_aligned(p.q, p.q_stride_t, p.q_stride_h) ||
       !quant::rows_16b_aligned(p.k, p.k_stride_t, p.k_stride_h) ||
@@ -590,7 +936,23 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward) {
                                   reinterpret_cast<guard::DeviceError*>(base + layout.status),
                                   guard::kStageQuantize);
   quant::guard_work_lists(batch.guard, base, layout);
-  return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
+  if (beside == nullptr) return quant::launch_quantize<false>(batch, p.head_dim, p.stream);
+  if (beside->ctas == 0 || beside->kv_block < 1 || p.hkv % beside->kv_block != 0) return cudaErrorInvalidValue;
+  for (int i = 0; i < 3; ++i) {  // bytes {a head's row, head, token}; the rows are 16-byte aligned (above)
+    const QuantTensor& t = batch.t[i];
+    const uint64_t dims[3] = {uint64_t(p.head_dim) * 2, uint64_t(t.heads), uint64_t(p.total_tokens)};
+    const uint64_t strides[2] = {uint64_t(t.stride_h) * 2, uint64_t(t.stride_t) * 2};
+    const uint32_t box[3] = {uint32_t(p.head_dim) * 2, 1, uint32_t(kTokenGroup)};
+    if (const cudaError_t e = sm90::encode_u8_map(&batch.rows_map[i], t.src, 3, dims, strides, box, 0, 256)) return e;
+  }
+  batch.ready = reinterpret_cast<int*>(base + layout.ready);
+  batch.kv_block = beside->kv_block;
+  const uint32_t block_heads = uint32_t(beside->kv_block) * uint32_t(p.hq / p.hkv + 2);  // its q, k and v heads
+  batch.block_heads = FastDiv(block_heads);
+  batch.units_a_block = FastDiv(uint32_t(quant::BesideReady::chunks(layout.tpad)) * block_heads);
+  const cudaError_t e =
+      cudaMemsetAsync(batch.ready, 0, size_t(quant::BesideReady::ints(layout.tpad, p.hkv)) * sizeof(int), p.stream);
+  return e != cudaSuccess ? e : quant::launch_quantize_beside(batch, p.head_dim, beside->ctas, p.stream);
 }
 
 }  // namespace quant

@@ -15,8 +15,19 @@
 namespace flamia {
 namespace quant {
 
+// The quantizer beside the fast forward: its CTAs (one an SM) and the kv heads a block of its
+// order (the forward's, order::forward_kv_block, where the forward follows it; hkv gives the
+// plain quantizer's order, heads fastest over all of them, for tools/quant_probe.cu).
+struct BesideLaunch {
+  unsigned ctas;
+  int kv_block;
+  static BesideLaunch for_forward(const DeviceCall& p);  // a third of the SMs, the forward's order
+};
+
 // Fused quantizer: q, k, v -> every FP8 layout the kernels read, plus per-token scales.
-cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward);
+// beside: for the fast forward launched next (sm90.h, DeviceCall::quantize_beside), raising
+// qkv8's counts (layout.cuh, BesideReady) as it goes.
+cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward, const BesideLaunch* beside = nullptr);
 
 // ---- hostile-input guard (quantize/guard.h) ------------------------------------------
 // Block 0 of quantize_qkv (and of the backward's dO quantizer) validates cu_seqlens on the

@@ -16,6 +16,35 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// ---- counts another grid raises as it goes (the quantizer beside the forward) ------------
+// An acquire load at GPU scope: the other grid's writes released before the count are visible
+// to this thread's later loads (it also drops this SM's stale L1 lines).
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// Orders this thread's generic-proxy accesses (the acquires above) before its later
+// async-proxy ones (TMA loads) on global memory.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+// The raising side: a fence at GPU scope (this thread's writes, and those ordered before them
+// by a barrier or a CTA-scope acquire, before its later ones), then relaxed adds.
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+__device__ __forceinline__ void red_add_gpu(int* p, int v) {
+  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+// A count inside the CTA (shared memory), written by one thread and polled by another.
+__device__ __forceinline__ void st_release_cta_shared(uint32_t addr, int v) {
+  asm volatile("st.release.cta.shared::cta.s32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_acquire_cta_shared(uint32_t addr) {
+  int v;
+  asm volatile("ld.acquire.cta.shared::cta.s32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 // ---- asynchronous global -> shared copies (cp.async, sm_80+) ---------------------------
 // A source size of 0 writes zeros and reads nothing: this is how rows outside the current
 // document are zero-filled. src must still be a valid address, so callers pass an

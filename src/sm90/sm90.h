@@ -42,6 +42,9 @@ cudaError_t forward(const Params& p, void* qkv8, void* out, float* lse);
 // FLAMIA_FWD_TRACE (diagnosis): the file the fast forward writes its consumer warps' phase
 // clocks to, running its traced kernel (kit/phase_trace.cuh); nullptr when unset or empty.
 const char* forward_trace_path();
+// quantize_qkv beside the forward (DeviceCall::quantize_beside): at head dim 128 unless
+// FLAMIA_QUANT_BESIDE says otherwise (0 or 1), where the fast forward runs the call.
+bool forward_quantize_beside(int head_dim);
 
 // What the calling thread's last failed backward was doing (a tensor map, an alignment
 // check, quantize_dout, the launches), for the error message; "" after a success.

@@ -1,11 +1,14 @@
 // The fast forward's work order (common/work_order.h): every item exactly once, blocks of kv
 // heads whose query heads stay together, slots costliest first inside a block, and the block
-// size rule; the backward's CTA order; the stored dS's slabs.
+// size rule; the backward's CTA order; the stored dS's slabs; the launch-constant division.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <random>
 #include <vector>
 
+#include "common/fast_div.h"
 #include "common/work_order.h"
 
 namespace flamia {
@@ -126,6 +129,30 @@ TEST(WorkOrder, StoredDsSlabsDealHeadsEvenly) {
   EXPECT_EQ(s.heads(0), 3);
   EXPECT_EQ(s.heads(4), 2);
   EXPECT_EQ(s.heads(5), 2);
+}
+
+// FastDiv against the integer division: every divisor up to 4096 and the powers of two and
+// their neighbours up to 2^31 - 1, at numerators near 0, near multiples of d, near 2^31 and at random.
+TEST(FastDiv, MatchesIntegerDivisionBelow2To31) {
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 4096; ++d) divisors.push_back(d);
+  for (int b = 12; b < 31; ++b)
+    for (int64_t off : {-1, 0, 1}) divisors.push_back(uint32_t((int64_t(1) << b) + off));
+  divisors.push_back(0x7fffffffu);
+  std::mt19937 rng(7);
+  const uint32_t top = 0x7fffffffu;
+  for (uint32_t d : divisors) {
+    const FastDiv f(d);
+    std::vector<uint32_t> ns = {0, 1, d - 1, d, d + 1, top, top - 1, top - d + 1, (top / d) * d, (top / d) * d - 1};
+    for (int i = 0; i < 64; ++i) ns.push_back(rng() & top);
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t k = (rng() & top) / d;
+      ns.push_back(k * d);
+      if (k > 0) ns.push_back(k * d - 1);
+    }
+    for (uint32_t n : ns)
+      if (n <= top) ASSERT_EQ(f.div(n), n / d) << "n " << n << " d " << d;
+  }
 }
 
 }  // namespace

@@ -137,8 +137,13 @@ struct Params {
   const int32_t* cu_seqlens;
   const int32_t* q_start;  // [B] or null (flamia.h)
   WorkList work;    // Plan::kBlockM-row query tiles, costliest first
-  int* next_item;   // items taken so far beyond the grid's first (qkv8; zeroed by the guard)
+  int* next_item;   // items taken so far beyond the grid's first (all of them beside the quantizer;
+                    // qkv8, zeroed by the guard)
   int kv_block;     // kv heads per block of the work order (divides hkv)
+  // Beside the quantizer (quant::BesideReady): its counts, or null when it ran before; the
+  // units a (kv block, position block) holds and a kv block holds.
+  const int* ready = nullptr;
+  int ready_block = 0, ready_kv_block = 0;
   uint16_t* out;    // bf16 [T][Hq][D]
   CUtensorMap o_rows;  // out as natural rows (launch/tensor_map.h), when rows_by_tma
   bool rows_by_tma;    // out 16-byte aligned: whole 64-row tiles leave by TMA

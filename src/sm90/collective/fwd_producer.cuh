@@ -34,16 +34,51 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
     tma::prefetch_map(p.k8);
     tma::prefetch_map(p.vt8);
   }
+  // Beside the quantizer (p.ready, quant::BesideReady): before loading an item's rows of kv
+  // block kb at padded positions [first, last], lane 0 waits for the quantizer's counts of the
+  // position blocks they lie in — a kv block found complete is not asked again —, then the
+  // warp goes on: its copies after the acquires, the TMA loads after the proxy fence.
+  int done_kb = -1;
+  auto wait_quantized = [&](int kb, int64_t first, int64_t last) {
+    if (p.ready == nullptr || kb == done_kb) return;
+    int complete = 0;
+    if (lane == 0) {
+      using quant::BesideReady;
+      complete = ptx::ld_acquire_gpu(p.ready + BesideReady::kv_done(p.tpad, p.hkv, kb)) >= p.ready_kv_block;
+      const int64_t c_last = min(last, p.tpad - 1) / BesideReady::kBlockPositions;
+      for (int64_t c = max(first, int64_t(0)) / BesideReady::kBlockPositions; !complete && c <= c_last; ++c)
+        while (ptx::ld_acquire_gpu(p.ready + BesideReady::block(p.tpad, kb, c)) < p.ready_block) __nanosleep(128);
+      ptx::fence_proxy_async_global();
+    }
+    if (__shfl_sync(0xffffffffu, complete, 0)) done_kb = kb;
+    __syncwarp();
+  };
+  // The last padded position the rows [off, off + n) of an item's document reach: rows past
+  // the document are the next documents' tokens (the consumers select them away, but they
+  // must be finite), whose positions lie at most 15 + 16 (B - 1) past their token index.
+  auto last_position = [&](const DocTile& dt, int off, int n) {
+    return off + n <= dt.len ? dt.pstart + off + n - 1 : dt.tok0 + off + n - 1 + 15 + 16 * int64_t(p.work.num_docs - 1);
+  };
+  if (p.ready != nullptr) {
+    if (lane == 0) {
+      while (ptx::ld_acquire_gpu(p.ready + quant::BesideReady::lists(p.tpad, p.hkv)) < 1) __nanosleep(128);
+      ptx::fence_proxy_async_global();
+    }
+    __syncwarp();
+  }
   const int items = item_count(p.work) * p.hq;
   int kv = 0;  // key tiles issued so far (stage = kv % kStages, phase = kv / kStages)
-  auto claim_next = [&]() { return int(gridDim.x) + atomicAdd(p.next_item, 1); };  // lane 0's
+  // Beside the quantizer every item comes from the count, the first too: the CTAs that find
+  // their SM taken by the quantizer start at its end and must not hold the first items back.
+  const int first_claimed = p.ready != nullptr ? 0 : int(gridDim.x);
+  auto claim_next = [&]() { return first_claimed + atomicAdd(p.next_item, 1); };  // lane 0's
   auto take_next = [&]() { return __shfl_sync(0xffffffffu, lane == 0 ? claim_next() : 0, 0); };
   // A token's scale of an [H][T] scale array by cp.async; past the tensor zero-filled.
   auto copy_scale = [&](uint32_t dst, const float* head_scales, int64_t tok) {
     const bool in = tok < p.total_tokens;
     ptx::cp_async_4(dst, head_scales + (in ? tok : 0), in);
   };
-  for (int w = blockIdx.x, it = 0;; ++it) {
+  for (int w = p.ready != nullptr ? take_next() : int(blockIdx.x), it = 0;; ++it) {
     // An item without key tiles (keys-only rows before q_start, an empty document) has
     // nothing to compute and stores nothing (its rows' O and LSE are not this call's to
     // write): it is not announced, so that some consumer computes every announced item.
@@ -66,6 +101,10 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
     }
     const int64_t tok0 = item.dt.tok0;
     const int m0 = item_rows<D>(item.dt).first;
+    // Its Q rows and every key tile it loads (from the document's first), at once: the
+    // quantizer goes through a kv block's positions in order, so the wait is for the last.
+    wait_quantized(item.hk / p.kv_block, item.dt.pstart,
+                   last_position(item.dt, 0, max(m0 + P::kBlockM, item.num_key_tiles * P::kBlockN)));
     int next = 0;
     if (lane == 0) {
       slot->item = item;

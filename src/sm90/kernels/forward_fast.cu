@@ -52,7 +52,10 @@ __device__ __forceinline__ void forward_fast_body(const Params& p, Trace phases)
   // The CTA may have started in the last wave of the quantizer (or the check of a filled
   // qkv8) before it, which writes everything it reads: qkv8 and the work list. Whatever
   // follows (the poisoning of a faulted call) reads only what the kernel's completion leaves.
-  grid::wait_for_prior_grids();
+  // Beside the quantizer the producer waits for its counts instead (fwd_producer.cuh), and
+  // every thread waits for its grid at the end, so that this kernel's completion still
+  // implies the quantizer's (the status word, the backward's copies).
+  if (p.ready == nullptr) grid::wait_for_prior_grids();
   grid::allow_dependents();
 
   const int role = warpgroup::index();
@@ -64,6 +67,7 @@ __device__ __forceinline__ void forward_fast_body(const Params& p, Trace phases)
     warpgroup::claim_registers<P::kConsumerRegs>();
     consumer<D>(p, smem, base, role - 1, phases);
   }
+  if (p.ready != nullptr) grid::wait_for_prior_grids();
 }
 
 template <int D>
@@ -169,6 +173,11 @@ cudaError_t forward_fast(const Params& p, void* qkv8, void* out, float* lse) {
       return e;
   prm.next_item = reinterpret_cast<int*>(base + work.next);
   prm.kv_block = order::forward_kv_block(p.total_tokens, p.hkv, p.head_dim);
+  if (p.quantize_beside) {  // quantize_qkv ran with beside, in the same order of kv blocks
+    prm.ready = reinterpret_cast<const int*>(base + layout.ready);
+    prm.ready_block = prm.kv_block * (p.hq / p.hkv + 2);
+    prm.ready_kv_block = int(quant::BesideReady::chunks(layout.tpad)) * prm.ready_block;
+  }
   if (p.head_dim == 64 && work.tile == fwd::Plan<64>::kBlockM) return fwd::launch<64>(prm, work.capacity, p.stream);
   if (p.head_dim == 128 && work.tile == fwd::Plan<128>::kBlockM) return fwd::launch<128>(prm, work.capacity, p.stream);
   return cudaErrorInvalidValue;
