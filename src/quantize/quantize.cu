@@ -462,28 +462,27 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
 // an SM, on a share of the SMs (launch_beside); the forward's CTAs take the others from the
 // start (it may launch once every CTA here has started, so none of them waits on a unit that
 // no SM is left to run). There it must stream several times faster an SM than the plain
-// quantizer does on every SM, which is HBM-bound; a part that loads into registers runs its
-// unit as one dependent chain with its loads idle while it computes (docs/PERFORMANCE.md, "v136
-// outcome"). So the rows come by TMA (a box of 16 tokens a warp) into a ring of shared-memory
-// stages, kStages - 1 units ahead of the one being quantized (a stage is refilled once its rows
-// have been used), and the counts are raised by a warp of their own, whose fences stall nobody
-// else.
+// quantizer does on every SM, where that one is HBM-bound and issues under half of what an SM
+// can: so the rows are quantized in the lean lanes (LeanLanes, ~7 instructions an element
+// against GroupLanes' ~16, which no third of the SMs can issue at the full bandwidth;
+// docs/PERFORMANCE.md, v140), they arrive by TMA (a box of 16 tokens a group) into a ring of
+// shared-memory stages kStages - 1 units ahead of the one being quantized, and the bookkeeping
+// (which unit, which tokens, the copies, the counts) is a producer warp's.
 //
-// Part p of a CTA (warps 8p .. 8p + 7, its own staging tile and named barrier) takes units p,
-// p + parts, ... of the order the forward reads them in: kv block by kv block (its q, k and v
-// heads), each block's positions from the first, heads fastest. Each warp of a part owns its
-// 16-token group of each unit: its lane 0 issues the group's box into its slice of a stage,
-// with an mbarrier of its own, and the warp later reads the rows back as the plain kernel's
-// loads would have left them. After a unit (the part's barrier) the part's first thread
-// publishes how many units it has finished; the part's
-// signal warp, seeing that count move, fences once at GPU scope and raises the counts of every
-// unit finished since it last looked. CTA 0 first validates cu_seqlens and builds the work
-// lists with all its threads, then raises the lists' count.
+// Part p of a CTA (warps 8p .. 8p + 7, its own staging tile and named barrier, and producer
+// warp p) takes units p, p + parts, ... of the order the forward reads them in: kv block by kv
+// block (its q, k and v heads), each block's positions from the first, heads fastest. Warp g of
+// a part quantizes the 16-token group g of each unit from its slice of the unit's stage, which
+// lane g of the producer warp filled (a box, an mbarrier a slice). After a unit (the part's
+// barrier) the part's first thread publishes how many units it has finished; the producer warp,
+// seeing that count move, refills the finished units' stages and then fences once at GPU scope
+// and raises the counts of every unit finished since it last looked. CTA 0 first validates
+// cu_seqlens and builds the work lists with all its threads, then raises the lists' count.
 template <int D>
 struct BesidePlan {
   static constexpr int kParts = D == 128 ? 2 : 3;
   static constexpr int kStages = D == 128 ? 3 : 4;
-  static constexpr int kThreads = kParts * (quant::kThreads + 32);  // the parts' warps, then their signal warps
+  static constexpr int kThreads = kParts * (quant::kThreads + 32);  // the parts' warps, then their producer warps
   static constexpr int kGroupBytes = kTokenGroup * D * 2;             // a warp's bf16 rows
   static constexpr int kSlots = kParts * kStages * kWarps;             // (part, stage, warp)
   struct Slot {                                                        // what a warp's copies were for
