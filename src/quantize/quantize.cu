@@ -485,7 +485,7 @@ struct BesidePlan {
   static constexpr int kThreads = kParts * (quant::kThreads + 32);  // the parts' warps, then their producer warps
   static constexpr int kGroupBytes = kTokenGroup * D * 2;             // a warp's bf16 rows
   static constexpr int kSlots = kParts * kStages * kWarps;             // (part, stage, warp)
-  struct Slot {                                                        // what a warp's copies were for
+  struct Slot {                                                        // what a slice's box holds
     int64_t tok0;
     int rows, chunk, which, head;
   };
