@@ -154,6 +154,15 @@ struct Params {
   float c;          // softmax_scale * log2(e)
 };
 
+// Whether the forward runs beside the quantizer (Params::ready). The kernel that may
+// (kMayBeside) reads it from the parameters; the plain one is compiled without the beside path,
+// so that it carries none of its checks or registers (docs/PERFORMANCE.md, "v140 landing:
+// outcome": they cost the plain path up to 1.7 % at head dim 64).
+template <bool kMayBeside>
+__device__ __forceinline__ bool beside_quantizer(const Params& p) {
+  return kMayBeside && p.ready != nullptr;
+}
+
 // Work item w in the order of common/work_order.h (blocks of kv heads that fit the L2).
 struct Item {
   DocTile dt;

@@ -25,7 +25,7 @@ namespace flamia {
 namespace sm90 {
 namespace fwd {
 
-template <int D>
+template <int D, bool kMayBeside>
 __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_t base, int lane) {
   using P = Plan<D>;
   const uint32_t full0 = base + P::kFull0, empty0 = base + P::kEmpty0;
@@ -40,7 +40,7 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
   // warp goes on: its copies after the acquires, the TMA loads after the proxy fence.
   int done_kb = -1;
   auto wait_quantized = [&](int kb, int64_t first, int64_t last) {
-    if (p.ready == nullptr || kb == done_kb) return;
+    if (!beside_quantizer<kMayBeside>(p) || kb == done_kb) return;
     int complete = 0;
     if (lane == 0) {
       using quant::BesideReady;
@@ -59,7 +59,7 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
   auto last_position = [&](const DocTile& dt, int off, int n) {
     return off + n <= dt.len ? dt.pstart + off + n - 1 : dt.tok0 + off + n - 1 + 15 + 16 * int64_t(p.work.num_docs - 1);
   };
-  if (p.ready != nullptr) {
+  if (beside_quantizer<kMayBeside>(p)) {
     if (lane == 0) {
       while (ptx::ld_acquire_gpu(p.ready + quant::BesideReady::lists(p.tpad, p.hkv)) < 1) __nanosleep(128);
       ptx::fence_proxy_async_global();
@@ -70,7 +70,7 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
   int kv = 0;  // key tiles issued so far (stage = kv % kStages, phase = kv / kStages)
   // Beside the quantizer every item comes from the count, the first too: the CTAs that find
   // their SM taken by the quantizer start at its end and must not hold the first items back.
-  const int first_claimed = p.ready != nullptr ? 0 : int(gridDim.x);
+  const int first_claimed = beside_quantizer<kMayBeside>(p) ? 0 : int(gridDim.x);
   auto claim_next = [&]() { return first_claimed + atomicAdd(p.next_item, 1); };  // lane 0's
   auto take_next = [&]() { return __shfl_sync(0xffffffffu, lane == 0 ? claim_next() : 0, 0); };
   // A token's scale of an [H][T] scale array by cp.async; past the tensor zero-filled.
@@ -78,7 +78,7 @@ __device__ __forceinline__ void producer(const Params& p, uint8_t* smem, uint32_
     const bool in = tok < p.total_tokens;
     ptx::cp_async_4(dst, head_scales + (in ? tok : 0), in);
   };
-  for (int w = p.ready != nullptr ? take_next() : int(blockIdx.x), it = 0;; ++it) {
+  for (int w = beside_quantizer<kMayBeside>(p) ? take_next() : int(blockIdx.x), it = 0;; ++it) {
     // An item without key tiles (keys-only rows before q_start, an empty document) has
     // nothing to compute and stores nothing (its rows' O and LSE are not this call's to
     // write): it is not announced, so that some consumer computes every announced item.

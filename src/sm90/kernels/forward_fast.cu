@@ -27,7 +27,7 @@ namespace {
 
 // The kernel's body; phases: trace::Off in the production kernel, trace::Clocks in the
 // traced one (FLAMIA_FWD_TRACE).
-template <int D, class Trace>
+template <int D, bool kMayBeside, class Trace>
 __device__ __forceinline__ void forward_fast_body(const Params& p, Trace phases) {
   using P = Plan<D>;
   extern __shared__ uint8_t smem_raw[];
@@ -55,24 +55,25 @@ __device__ __forceinline__ void forward_fast_body(const Params& p, Trace phases)
   // Beside the quantizer the producer waits for its counts instead (fwd_producer.cuh), and
   // every thread waits for its grid at the end, so that this kernel's completion still
   // implies the quantizer's (the status word, the backward's copies).
-  if (p.ready == nullptr) grid::wait_for_prior_grids();
+  if (!beside_quantizer<kMayBeside>(p)) grid::wait_for_prior_grids();
   grid::allow_dependents();
 
   const int role = warpgroup::index();
   if (role == 0) {
     warpgroup::release_registers<P::kProducerRegs>();
-    if (threadIdx.x < 32) producer<D>(p, smem, base, int(threadIdx.x));
+    if (threadIdx.x < 32) producer<D, kMayBeside>(p, smem, base, int(threadIdx.x));
     else if (threadIdx.x < 64) key_scales<D>(smem, base, int(threadIdx.x) - 32);
   } else {
     warpgroup::claim_registers<P::kConsumerRegs>();
     consumer<D>(p, smem, base, role - 1, phases);
   }
-  if (p.ready != nullptr) grid::wait_for_prior_grids();
+  if (beside_quantizer<kMayBeside>(p)) grid::wait_for_prior_grids();
 }
 
-template <int D>
+// kMayBeside: the kernel the forward runs beside the quantizer; the other one after it.
+template <int D, bool kMayBeside>
 __global__ void __launch_bounds__(Plan<D>::kThreads, 1) forward_fast_kernel(const __grid_constant__ Params p) {
-  forward_fast_body<D>(p, trace::Off{});
+  forward_fast_body<D, kMayBeside>(p, trace::Off{});
 }
 
 // The traced kernel: the consumer warps of the first kTracedCtas CTAs record up to kTraceCap
@@ -86,7 +87,7 @@ using TraceClocks = trace::Clocks<kTracedCtas, kTracedWarps<D>, kWarpsPerWarpgro
 template <int D>
 __global__ void __launch_bounds__(Plan<D>::kThreads, 1)
     forward_fast_traced_kernel(const __grid_constant__ Params p, uint64_t* clocks) {
-  forward_fast_body<D>(p, TraceClocks<D>{clocks});
+  forward_fast_body<D, true>(p, TraceClocks<D>{clocks});
 }
 
 // FLAMIA_FWD_TRACE=FILE: the call runs the traced kernel, waits for it and writes FILE — a
@@ -125,12 +126,20 @@ cudaError_t launch_traced(const Params& prm, unsigned grid, int device, cudaStre
   return ok ? cudaSuccess : cudaErrorUnknown;
 }
 
+// One attribute setting a kernel and device (the macro's once-flag is per expansion).
+template <int D, bool kMayBeside>
+cudaError_t allow_smem() {
+  constexpr auto kernel = forward_fast_kernel<D, kMayBeside>;
+  return FLAMIA_ALLOW_DYNAMIC_SMEM(kernel, Plan<D>::kAlloc);
+}
+
 template <int D>
 cudaError_t launch(const Params& prm, int64_t capacity, cudaStream_t stream) {
   using P = Plan<D>;
-  constexpr auto kernel = forward_fast_kernel<D>;
+  const bool beside = prm.ready != nullptr;
+  const auto kernel = beside ? forward_fast_kernel<D, true> : forward_fast_kernel<D, false>;
   int device = 0, sms = 0;
-  cudaError_t err = FLAMIA_ALLOW_DYNAMIC_SMEM(kernel, P::kAlloc);
+  cudaError_t err = beside ? allow_smem<D, true>() : allow_smem<D, false>();
   if (err != cudaSuccess || (err = cudaGetDevice(&device)) != cudaSuccess) return err;
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
   const int64_t work = capacity * prm.hq;  // an upper bound: the real count is on the device
