@@ -12,7 +12,10 @@ replaced, since it differs between compilations of a renamed or moved file; --by
 compares them by their own name and literal template arguments only (dkdv_kernel<128, true,
 false, false>), for a refactor that moves kernels into another namespace. Prints one line
 per kernel (same / differs / only in one) and exits 1 when any selected kernel differs or is
-missing from one side.
+missing from one side. --pair BEFORE AFTER compares one kernel of each build whose names contain
+those strings (a kernel that gained a template argument: --pair 'kernelILi64EE' 'kernelILi64ELb0')
+and counts the 16-byte instructions that differ (a field moved in the parameters changes only
+the instructions that load it).
 """
 import argparse
 import re
@@ -80,9 +83,27 @@ def main() -> int:
     ap.add_argument("--only", default="", help="compare only kernels whose name contains this")
     ap.add_argument("--by-name", action="store_true",
                     help="match kernels by their own name and literal template arguments, not their namespace")
+    ap.add_argument("--pair", nargs=2, metavar=("BEFORE", "AFTER"),
+                    help="compare the one kernel of each build whose name contains these strings")
     args = ap.parse_args()
     key = by_name if args.by_name else normalize
     a, b = text_sections(args.before, key), text_sections(args.after, key)
+    if args.pair:
+        picks = []
+        for sections, part in ((a, args.pair[0]), (b, args.pair[1])):
+            found = [name for name in sections if part in name]
+            if len(found) != 1:
+                print(f"{part}: {len(found)} kernels match, want one")
+                return 2
+            picks.append(found[0])
+        x, y = a[picks[0]], b[picks[1]]
+        if len(x) != len(y):
+            print(f"differs ({len(x)} -> {len(y)} bytes): {picks[0]} -> {picks[1]}")
+            return 1
+        n = sum(x[i:i + 16] != y[i:i + 16] for i in range(0, len(x), 16))
+        print(f"{'same' if n == 0 else 'differs'} ({len(x)} bytes, {n} of {len(x) // 16} instructions differ): "
+              f"{picks[0]} -> {picks[1]}")
+        return 1 if n else 0
     bad = 0
     for name in sorted(set(a) | set(b)):
         if args.only not in name:

@@ -90,3 +90,19 @@ def test_by_name_matches_kernels_moved_into_a_namespace(tmp_path):
     after[1] = (after[1][0], b"\x04")
     r = run(tmp_path, before, after, "--by-name")
     assert r.returncode == 1 and "differs (1 -> 1 bytes): dkdv_kernel<Li64,Lb1,Lb0,Lb0>" in r.stdout
+
+
+def test_pair_counts_the_instructions_that_differ(tmp_path):
+    # A kernel that gained a template argument: --pair names both; one changed 16-byte
+    # instruction of three is counted, identical code is "same", an ambiguous name is refused.
+    code = bytes(range(48))
+    changed = code[:16] + b"\xff" + code[17:]
+    before = [(kernel(ANON_A, "19forward_fast_kernelILi64EEEvNS1_6ParamsE"), code)]
+    after = [(kernel(ANON_B, "19forward_fast_kernelILi64ELb0EEEvNS1_6ParamsE"), changed),
+             (kernel(ANON_B, "19forward_fast_kernelILi64ELb1EEEvNS1_6ParamsE"), code)]
+    r = run(tmp_path, before, after, "--pair", "kernelILi64EE", "kernelILi64ELb0")
+    assert r.returncode == 1 and "1 of 3 instructions differ" in r.stdout, r.stdout
+    r = run(tmp_path, before, after, "--pair", "kernelILi64EE", "kernelILi64ELb1")
+    assert r.returncode == 0 and r.stdout.startswith("same (48 bytes, 0 of 3"), r.stdout
+    r = run(tmp_path, before, after, "--pair", "kernelILi64EE", "kernelILi64")
+    assert r.returncode == 2 and "2 kernels match" in r.stdout
