@@ -17,9 +17,9 @@ const char* forward_trace_path() {
 
 // The quantizer on a third of the SMs beside the fast forward, which waits for what it needs as
 // the quantizer finishes it (quantize.cuh) instead of for the whole quantizer: by default at head
-// dim 128, where it measured 2-7 % faster (docs/PERFORMANCE.md, v140 outcome; at 64 it gained
-// nothing); FLAMIA_QUANT_BESIDE=1 or 0 sets it for every head dim. Only where the fast forward runs
-// the call.
+// dim 128, where the quantizing forward measured 1-7 % faster (docs/PERFORMANCE.md, "v140 landing:
+// outcome"; at 64 it gained nothing). FLAMIA_QUANT_BESIDE=0 turns it off at every head dim, any
+// other value on. Only where the fast forward runs the call.
 bool forward_quantize_beside(int head_dim) {
   const char* v = std::getenv("FLAMIA_QUANT_BESIDE");
   const bool on = v != nullptr && *v != '\0' ? std::strcmp(v, "0") != 0 : head_dim == 128;
