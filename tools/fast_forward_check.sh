@@ -23,8 +23,10 @@ cmake --build "$BUILD" -j"$JOBS" --target flamia flamia_gpu_tests flamia_bench >
 
 if command -v cuobjdump >/dev/null 2>&1; then
   cuobjdump -sass "$BUILD/libflamia.so" >"$BUILD/all.sass" 2>/dev/null
+  # Each head dim's default kernel: beside the quantizer at 128 (Lb1), after it at 64 (Lb0).
   for d in 64 128; do
-    python3 tools/sass_histogram.py "$BUILD/all.sass" "forward_fast_kernelILi${d}" --scores-per-thread 64 \
+    python3 tools/sass_histogram.py "$BUILD/all.sass" "forward_fast_kernelILi${d}ELb$([ $d = 128 ] && echo 1 || echo 0)" \
+      --scores-per-thread 64 \
       $([ $d = 128 ] && echo --listing) 2>&1
   done >"$OUT/sass_fast.txt"
   head -30 "$OUT/sass_fast.txt"
