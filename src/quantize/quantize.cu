@@ -260,28 +260,32 @@ __device__ __forceinline__ const QuantTensor& tensor_of(const QuantBatch& batch,
   return batch.t[2];
 }
 
-// How a warp holds its 16-token group's rows: D / 8 lanes a row (16 bytes of bf16 each), so
-// pass `it` holds rows it * kRowsPerPass + lane / kLanesPerRow.
-template <int D>
-struct GroupLanes {
-  static constexpr int kLanesPerRow = D / 8;
-  static constexpr int kRowsPerPass = 32 / kLanesPerRow;
-  static constexpr int kPasses = kTokenGroup / kRowsPerPass;
-};
+// One block's unit: 128 padded positions of one head of tensor t. Warp w holds its 16-token
+// group's rows with D / 8 lanes a row (16 bytes of bf16 each), all its loads in flight before
+// the first use; the codes go to t.nat and the staging tile, the scales (and dots) to their
+// arrays, then the transposed copy from the tile.
+template <int D, bool kDot>
+__device__ __forceinline__ void quantize_unit(const QuantBatch& batch, const QuantTensor& t, int head,
+                                              int64_t block_pos, StageTile<D>& tile) {
+  constexpr int kLanesPerRow = D / 8;
+  constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  constexpr int kPasses = kTokenGroup / kRowsPerPass;
+  const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31, chunk = lane % kLanesPerRow;
+  int64_t tok0 = 0;
+  const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
+                              block_pos + warp * kTokenGroup, lane, &tok0);
+  uint4 x[kPasses], o[kPasses];
+#pragma unroll
+  for (int it = 0; it < kPasses; ++it) {
+    const int r = it * kRowsPerPass + lane / kLanesPerRow;
+    x[it] = o[it] = make_uint4(0, 0, 0, 0);
+    if (r < rows) {
+      const int64_t off = (tok0 + r) * t.stride_t + head * t.stride_h + 8 * chunk;
+      x[it] = __ldcs(reinterpret_cast<const uint4*>(t.src + off));
+      if (kDot) o[it] = __ldcs(reinterpret_cast<const uint4*>(t.dot_src + off));
+    }
+  }
 
-// A unit's rows, once in registers (x, and O's in o for kDot; zeros past `rows`), quantized:
-// the codes into t.nat and the staging tile, the scales (and dots), then after sync() — the
-// unit's barrier — the transposed copy from the tile. 8 warps (`warp` 0..7, `tid` 0..255 the
-// unit's threads); rows and tok0 from group_rows.
-template <int D, bool kDot, class Sync>
-__device__ __forceinline__ void quantize_rows(const QuantBatch& batch, const QuantTensor& t, int head,
-                                              int64_t block_pos, StageTile<D>& tile, int warp, int tid,
-                                              const uint4 (&x)[GroupLanes<D>::kPasses],
-                                              const uint4 (&o)[GroupLanes<D>::kPasses], int64_t tok0, int rows,
-                                              Sync sync) {
-  constexpr int kLanesPerRow = GroupLanes<D>::kLanesPerRow, kRowsPerPass = GroupLanes<D>::kRowsPerPass;
-  constexpr int kPasses = GroupLanes<D>::kPasses;
-  const int lane = tid & 31, chunk = lane % kLanesPerRow;
   float row_scale = 0.0f, row_dot = 0.0f;  // lane r < 16: values of row r
 #pragma unroll
   for (int it = 0; it < kPasses; ++it) {
@@ -322,43 +326,19 @@ __device__ __forceinline__ void quantize_rows(const QuantBatch& batch, const Qua
     }
   }
 
-  if (t.trans == nullptr) return;  // uniform over the unit
-  sync();
+  if (t.trans == nullptr) return;  // uniform over the block
+  __syncthreads();
   write_fp8_transposed<D>(tile, t.trans, head, block_pos, batch.tpad, tid);
 }
 
-// One block's unit: 128 padded positions of one head of tensor t, its rows loaded with all of
-// a warp's loads in flight before the first use.
-template <int D, bool kDot, class Sync>
-__device__ __forceinline__ void quantize_unit(const QuantBatch& batch, const QuantTensor& t, int head,
-                                              int64_t block_pos, StageTile<D>& tile, int warp, int tid, Sync sync) {
-  using G = GroupLanes<D>;
-  const int lane = tid & 31, chunk = lane % G::kLanesPerRow;
-  int64_t tok0 = 0;
-  const int rows = group_rows(batch.cu, batch.num_docs, batch.total_tokens, batch.tpad,
-                              block_pos + warp * kTokenGroup, lane, &tok0);
-  uint4 x[G::kPasses], o[G::kPasses];
-#pragma unroll
-  for (int it = 0; it < G::kPasses; ++it) {
-    const int r = it * G::kRowsPerPass + lane / G::kLanesPerRow;
-    x[it] = o[it] = make_uint4(0, 0, 0, 0);
-    if (r < rows) {
-      const int64_t off = (tok0 + r) * t.stride_t + head * t.stride_h + 8 * chunk;
-      x[it] = __ldcs(reinterpret_cast<const uint4*>(t.src + off));
-      if (kDot) o[it] = __ldcs(reinterpret_cast<const uint4*>(t.dot_src + off));
-    }
-  }
-  quantize_rows<D, kDot>(batch, t, head, block_pos, tile, warp, tid, x, o, tok0, rows, sync);
-}
-
 // The beside quantizer's lane layout: D / 32 lanes a row, four 16-byte chunks (8 bf16) a lane.
-// GroupLanes' D / 8 lanes a row spend a 4-step shuffle tree and a scale computation on every
+// quantize_unit's D / 8 lanes a row spend a 4-step shuffle tree and a scale computation on every
 // 8 elements and an address computation on every 8-byte store, ~16 instructions an element:
 // more than a third of the SMs can issue at the full bandwidth (docs/PERFORMANCE.md, v140).
 // Lane c of its row holds chunks c + L (i ^ (row & 3)), i = 0..3 (L lanes a row): rows that
 // share a quarter-warp's 16-byte shared-memory reads (or a half-warp's 8-byte tile writes)
 // start on different chunks and hit different banks. A lane's rows differ by multiples of 4,
-// so its chunks are the same in every pass. (The plain quantizer keeps GroupLanes: there,
+// so its chunks are the same in every pass. (The plain quantizer keeps D / 8 lanes: there,
 // HBM-bound, this layout's stores of 8 or 16 bytes a row an instruction read 3-23 % slower,
 // v140 outcome.)
 template <int D>
@@ -386,8 +366,9 @@ __device__ __forceinline__ uint32_t abs_max_bits_bf16x32(const uint4 (&x)[4]) {
   return max(m & 0xffffu, m >> 16);
 }
 
-// quantize_rows for the lean layout (x[it][i]: chunk LeanLanes::chunk(i) of row
-// LeanLanes::row(it), zeros past `rows`): the same codes, scales and transposed copy.
+// quantize_unit's quantization for the lean layout (x[it][i]: chunk LeanLanes::chunk(i) of row
+// LeanLanes::row(it), zeros past `rows`; 8 warps, `warp` 0..7 and `tid` 0..255 the unit's
+// threads, sync() their barrier): the same codes, scales and transposed copy.
 template <int D, class Sync>
 __device__ __forceinline__ void quantize_rows_lean(const QuantBatch& batch, const QuantTensor& t, int head,
                                                    int64_t block_pos, StageTile<D>& tile, int warp, int tid,
@@ -406,7 +387,7 @@ __device__ __forceinline__ void quantize_rows_lean(const QuantBatch& batch, cons
     for (int off = L::kLanesPerRow / 2; off > 0; off >>= 1)
       amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     const float scale = fmt::pow2_scale_e4m3(__uint_as_float(amax << 16));
-    const bool nonfinite = fmt::is_nan_f32(scale);  // zero codes, as quantize_rows says
+    const bool nonfinite = fmt::is_nan_f32(scale);  // zero codes, as quantize_unit says
     const float inv_scale = fmt::pow2_reciprocal(scale);
     uint2 q[4];
 #pragma unroll
@@ -454,8 +435,7 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
   int head = block % batch.heads;
   const int64_t block_pos = int64_t(block / batch.heads) * kBlockPositions;
   const QuantTensor& t = tensor_of(batch, &head);
-  quantize_unit<D, kDot>(batch, t, head, block_pos, tile, int(threadIdx.x) >> 5, int(threadIdx.x),
-                         [] { __syncthreads(); });
+  quantize_unit<D, kDot>(batch, t, head, block_pos, tile);
 }
 
 // The quantizer beside the fast forward (BesideReady, layout.cuh): a persistent grid, one CTA
@@ -464,7 +444,7 @@ quantize_kernel(const __grid_constant__ QuantBatch batch) {
 // no SM is left to run). There it must stream several times faster an SM than the plain
 // quantizer does on every SM, where that one is HBM-bound and issues under half of what an SM
 // can: so the rows are quantized in the lean lanes (LeanLanes, ~7 instructions an element
-// against GroupLanes' ~16, which no third of the SMs can issue at the full bandwidth;
+// against D / 8 lanes' ~16, which no third of the SMs can issue at the full bandwidth;
 // docs/PERFORMANCE.md, v140), they arrive by TMA (a box of 16 tokens a group) into a ring of
 // shared-memory stages kStages - 1 units ahead of the one being quantized, and the bookkeeping
 // (which unit, which tokens, the copies, the counts) is a producer warp's.
