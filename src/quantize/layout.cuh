@@ -112,6 +112,8 @@ struct BesideReady {
   FLAMIA_HD static int64_t block(int64_t tpad, int kb, int64_t chunk) { return kb * chunks(tpad) + chunk; }
   FLAMIA_HD static int64_t kv_done(int64_t tpad, int hkv, int kb) { return hkv * chunks(tpad) + kb; }
   FLAMIA_HD static int64_t lists(int64_t tpad, int hkv) { return (chunks(tpad) + 1) * hkv; }
+  // What a (kv block, position block) count reaches when complete: the kv block's q, k and v heads.
+  FLAMIA_HD static int block_units(int kv_block, int hq, int hkv) { return kv_block * (hq / hkv + 2); }
 };
 
 struct Qkv8Layout {

@@ -926,7 +926,7 @@ cudaError_t quantize_qkv(const DeviceCall& p, void* qkv8, bool for_backward, con
   }
   batch.ready = reinterpret_cast<int*>(base + layout.ready);
   batch.kv_block = beside->kv_block;
-  const uint32_t block_heads = uint32_t(beside->kv_block) * uint32_t(p.hq / p.hkv + 2);  // its q, k and v heads
+  const uint32_t block_heads = uint32_t(quant::BesideReady::block_units(beside->kv_block, p.hq, p.hkv));
   batch.block_heads = FastDiv(block_heads);
   batch.units_a_block = FastDiv(uint32_t(quant::BesideReady::chunks(layout.tpad)) * block_heads);
   const cudaError_t e =

@@ -184,7 +184,7 @@ cudaError_t forward_fast(const Params& p, void* qkv8, void* out, float* lse) {
   prm.kv_block = order::forward_kv_block(p.total_tokens, p.hkv, p.head_dim);
   if (p.quantize_beside) {  // quantize_qkv ran with beside, in the same order of kv blocks
     prm.ready = reinterpret_cast<const int*>(base + layout.ready);
-    prm.ready_block = prm.kv_block * (p.hq / p.hkv + 2);
+    prm.ready_block = quant::BesideReady::block_units(prm.kv_block, p.hq, p.hkv);
     prm.ready_kv_block = int(quant::BesideReady::chunks(layout.tpad)) * prm.ready_block;
   }
   if (p.head_dim == 64 && work.tile == fwd::Plan<64>::kBlockM) return fwd::launch<64>(prm, work.capacity, p.stream);
