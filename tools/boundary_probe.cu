@@ -17,6 +17,8 @@
 //   flamia_boundary_probe [--reps N]      (default 20; medians over the repetitions)
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -73,15 +75,6 @@ __global__ void b_kernel(unsigned long long* start, unsigned long long* waited, 
   }
 }
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    const cudaError_t e_ = (x);                                                        \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -103,10 +96,10 @@ int main(int argc, char** argv) {
     }
   }
   int device = 0, sms = 0;
-  CK(cudaGetDevice(&device));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   cudaDeviceProp prop{};
-  CK(cudaGetDeviceProperties(&prop, device));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   if (!flamia::overlapped_launches_enabled()) std::printf("FLAMIA_PDL=0: the \"overlap\" rows are launched plainly\n");
   std::printf("%s, %d SMs; A: %d blocks x %d threads, 16 KB static shared memory, 48 KB of traffic a block; "
               "B: %d CTAs, %lld us of spinning\n",
@@ -115,36 +108,36 @@ int main(int argc, char** argv) {
   const size_t in_elems = size_t(kABlocks) * 2 * kAStage, out_elems = size_t(kABlocks) * kAStage;
   uint4 *src = nullptr, *dst = nullptr;
   unsigned long long *a_end = nullptr, *start = nullptr, *waited = nullptr;
-  CK(cudaMalloc(&src, in_elems * sizeof(uint4)));
-  CK(cudaMalloc(&dst, out_elems * sizeof(uint4)));
-  CK(cudaMemset(src, 1, in_elems * sizeof(uint4)));
-  CK(cudaMalloc(&a_end, sizeof(unsigned long long)));
-  CK(cudaMalloc(&start, sms * sizeof(unsigned long long)));
-  CK(cudaMalloc(&waited, sms * sizeof(unsigned long long)));
+  CUDA_CHECK(cudaMalloc(&src, in_elems * sizeof(uint4)));
+  CUDA_CHECK(cudaMalloc(&dst, out_elems * sizeof(uint4)));
+  CUDA_CHECK(cudaMemset(src, 1, in_elems * sizeof(uint4)));
+  CUDA_CHECK(cudaMalloc(&a_end, sizeof(unsigned long long)));
+  CUDA_CHECK(cudaMalloc(&start, sms * sizeof(unsigned long long)));
+  CUDA_CHECK(cudaMalloc(&waited, sms * sizeof(unsigned long long)));
   cudaStream_t stream;
-  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
   const int max_smem = 200 * 1024;
-  CK(cudaFuncSetAttribute(b_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+  CUDA_CHECK(cudaFuncSetAttribute(b_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
 
   auto launch_a = [&](bool overlap) {
     stream_kernel<<<kABlocks, kAThreads, 0, stream>>>(src, dst, a_end, overlap);
-    CK(cudaGetLastError());
+    CUDA_CHECK(cudaGetLastError());
   };
   // The library's launch (common/overlap.h), so FLAMIA_PDL=0 makes the overlapped rows plain.
   auto launch_b = [&](int smem, int threads, bool overlap) {
-    CK(flamia::launch_kernel(b_kernel, unsigned(sms), unsigned(threads), size_t(smem), stream, overlap, start, waited,
-                             smem));
+    CUDA_CHECK(flamia::launch_kernel(b_kernel, unsigned(sms), unsigned(threads), size_t(smem), stream, overlap, start,
+                                     waited, smem));
   };
   auto timed = [&](auto&& body) {
-    CK(cudaEventRecord(e0, stream));
+    CUDA_CHECK(cudaEventRecord(e0, stream));
     body();
-    CK(cudaEventRecord(e1, stream));
-    CK(cudaEventSynchronize(e1));
+    CUDA_CHECK(cudaEventRecord(e1, stream));
+    CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     return double(ms);
   };
   for (int w = 0; w < 3; ++w) timed([&] { launch_a(false); launch_b(max_smem, 384, false); });
@@ -161,13 +154,13 @@ int main(int argc, char** argv) {
       for (bool overlap : {false, true}) {
         std::vector<double> fs, ls, fw, lw, pair;
         for (int r = 0; r < reps; ++r) {
-          CK(cudaMemsetAsync(a_end, 0, sizeof(unsigned long long), stream));
+          CUDA_CHECK(cudaMemsetAsync(a_end, 0, sizeof(unsigned long long), stream));
           pair.push_back(timed([&] { launch_a(overlap); launch_b(smem_kb * 1024, threads, overlap); }));
           unsigned long long end = 0;
           std::vector<unsigned long long> s(sms), wt(sms);
-          CK(cudaMemcpy(&end, a_end, sizeof(end), cudaMemcpyDeviceToHost));
-          CK(cudaMemcpy(s.data(), start, sms * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-          CK(cudaMemcpy(wt.data(), waited, sms * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+          CUDA_CHECK(cudaMemcpy(&end, a_end, sizeof(end), cudaMemcpyDeviceToHost));
+          CUDA_CHECK(cudaMemcpy(s.data(), start, sms * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+          CUDA_CHECK(cudaMemcpy(wt.data(), waited, sms * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
           const auto rel = [&](unsigned long long t) { return (double(t) - double(end)) / 1000.0; };
           fs.push_back(rel(*std::min_element(s.begin(), s.end())));
           ls.push_back(rel(*std::max_element(s.begin(), s.end())));
@@ -180,10 +173,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  CK(cudaFree(src));
-  CK(cudaFree(dst));
-  CK(cudaFree(a_end));
-  CK(cudaFree(start));
-  CK(cudaFree(waited));
+  CUDA_CHECK(cudaFree(src));
+  CUDA_CHECK(cudaFree(dst));
+  CUDA_CHECK(cudaFree(a_end));
+  CUDA_CHECK(cudaFree(start));
+  CUDA_CHECK(cudaFree(waited));
   return 0;
 }

@@ -14,6 +14,8 @@
 //   flamia_partition_probe [--reps N]      (default 10)
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -26,15 +28,6 @@ constexpr int kSThreads = 1024, kSLoads = 4;  // 64 KB a CTA in flight
 constexpr size_t kSBytes = size_t(512) << 20;
 constexpr int kCThreads = 384, kCChains = 8;
 constexpr int kOneCtaAnSm = 120 * 1024;  // dynamic shared memory: no second CTA fits an SM
-
-#define CHECK(x)                                                                    \
-  do {                                                                              \
-    const cudaError_t e_ = (x);                                                     \
-    if (e_ != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
 
 __global__ void __launch_bounds__(kSThreads, 1) stream_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst,
                                                               size_t n) {
@@ -84,50 +77,50 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOneCtaAnSm));
-  CHECK(cudaFuncSetAttribute(fma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOneCtaAnSm));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CUDA_CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOneCtaAnSm));
+  CUDA_CHECK(cudaFuncSetAttribute(fma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOneCtaAnSm));
   uint4 *src = nullptr, *dst = nullptr;
   float* sink = nullptr;
-  CHECK(cudaMalloc(&src, kSBytes));
-  CHECK(cudaMalloc(&dst, kSBytes));
-  CHECK(cudaMalloc(&sink, 4096 * sizeof(float)));
-  CHECK(cudaMemset(src, 1, kSBytes));
+  CUDA_CHECK(cudaMalloc(&src, kSBytes));
+  CUDA_CHECK(cudaMalloc(&dst, kSBytes));
+  CUDA_CHECK(cudaMalloc(&sink, 4096 * sizeof(float)));
+  CUDA_CHECK(cudaMemset(src, 1, kSBytes));
   const size_t n = kSBytes / sizeof(uint4);
   // C: 400 units of ~3.6 us an SM, about four times S's time on every SM (as the fast forward
   // is to the quantizer at fixed-4k), in units as fine as the forward's items.
   const int units = 400 * sms, iters = 250;
   int* next = nullptr;
-  CHECK(cudaMalloc(&next, sizeof(int)));
+  CUDA_CHECK(cudaMalloc(&next, sizeof(int)));
   cudaStream_t s0, s1;
-  CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
-  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   cudaEvent_t e[6];
-  for (cudaEvent_t& ev : e) CHECK(cudaEventCreate(&ev));
+  for (cudaEvent_t& ev : e) CUDA_CHECK(cudaEventCreate(&ev));
   auto run_s = [&](int g, cudaStream_t st) { stream_kernel<<<g, kSThreads, kOneCtaAnSm, st>>>(src, dst, n); };
   auto run_c = [&](cudaStream_t st) {
-    CHECK(cudaMemsetAsync(next, 0, sizeof(int), st));
+    CUDA_CHECK(cudaMemsetAsync(next, 0, sizeof(int), st));
     fma_kernel<<<sms, kCThreads, kOneCtaAnSm, st>>>(sink, next, units, iters);
   };
   auto elapsed = [&](cudaEvent_t a, cudaEvent_t b) {
     float ms = 0.0f;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
     return ms;
   };
   for (int w = 0; w < 3; ++w) {  // warm-up
     run_s(sms, s0);
     run_c(s0);
   }
-  CHECK(cudaStreamSynchronize(s0));
+  CUDA_CHECK(cudaStreamSynchronize(s0));
 
   std::vector<float> c_alone, s_full;
   for (int r = 0; r < reps; ++r) {
-    CHECK(cudaEventRecord(e[0], s0));
+    CUDA_CHECK(cudaEventRecord(e[0], s0));
     run_s(sms, s0);
-    CHECK(cudaEventRecord(e[1], s0));
+    CUDA_CHECK(cudaEventRecord(e[1], s0));
     run_c(s0);
-    CHECK(cudaEventRecord(e[2], s0));
-    CHECK(cudaEventSynchronize(e[2]));
+    CUDA_CHECK(cudaEventRecord(e[2], s0));
+    CUDA_CHECK(cudaEventSynchronize(e[2]));
     s_full.push_back(elapsed(e[0], e[1]));
     c_alone.push_back(elapsed(e[1], e[2]));
   }
@@ -140,21 +133,21 @@ int main(int argc, char** argv) {
   for (int g : shares) {
     std::vector<float> alone, beside, pair;
     for (int r = 0; r < reps; ++r) {
-      CHECK(cudaEventRecord(e[0], s0));
+      CUDA_CHECK(cudaEventRecord(e[0], s0));
       run_s(g, s0);
-      CHECK(cudaEventRecord(e[1], s0));
-      CHECK(cudaEventSynchronize(e[1]));
+      CUDA_CHECK(cudaEventRecord(e[1], s0));
+      CUDA_CHECK(cudaEventSynchronize(e[1]));
       alone.push_back(elapsed(e[0], e[1]));
       // The pair: S's CTAs placed first, then C on the second stream, the first joining it.
-      CHECK(cudaEventRecord(e[2], s0));
+      CUDA_CHECK(cudaEventRecord(e[2], s0));
       run_s(g, s0);
-      CHECK(cudaEventRecord(e[3], s0));
-      CHECK(cudaStreamWaitEvent(s1, e[2], 0));
+      CUDA_CHECK(cudaEventRecord(e[3], s0));
+      CUDA_CHECK(cudaStreamWaitEvent(s1, e[2], 0));
       run_c(s1);
-      CHECK(cudaEventRecord(e[4], s1));
-      CHECK(cudaStreamWaitEvent(s0, e[4], 0));
-      CHECK(cudaEventRecord(e[5], s0));
-      CHECK(cudaEventSynchronize(e[5]));
+      CUDA_CHECK(cudaEventRecord(e[4], s1));
+      CUDA_CHECK(cudaStreamWaitEvent(s0, e[4], 0));
+      CUDA_CHECK(cudaEventRecord(e[5], s0));
+      CUDA_CHECK(cudaEventSynchronize(e[5]));
       beside.push_back(elapsed(e[2], e[3]));
       pair.push_back(elapsed(e[2], e[5]));
     }
@@ -162,6 +155,6 @@ int main(int argc, char** argv) {
     std::printf("%5d %10.3f %8.0f %12.3f %12.3f %+9.1f%% %13.0f%%\n", g, a, 2.0 * kSBytes / a / 1e6, b, p,
                 100.0 * (p / (s_ms + c_ms) - 1.0), 100.0 * (s_ms + c_ms - p) / s_ms);
   }
-  CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaGetLastError());
   return 0;
 }

@@ -10,6 +10,8 @@
 //   (defaults: fixed-4k's 8 x 4096 tokens, 16 / 16 heads, head dim 128, 15 repetitions)
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,15 +22,6 @@
 #include "quantize/quantize.cuh"
 
 namespace {
-
-#define CHECK(x)                                                                    \
-  do {                                                                              \
-    const cudaError_t e_ = (x);                                                     \
-    if (e_ != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
 
 struct Shape {
   int docs = 8, len = 4096, hq = 16, hkv = 16, d = 128, reps = 15;
@@ -61,7 +54,7 @@ int main(int argc, char** argv) {
   const Shape s = parse(argc, argv);
   const int64_t T = int64_t(s.docs) * s.len;
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 
   // bf16 N(0, 1)-ish inputs: the exponent spread matters only to the scales, not to the time.
   auto bf16_tensor = [&](int heads, uint32_t seed) {
@@ -75,15 +68,15 @@ int main(int argc, char** argv) {
       x = uint16_t(b >> 16);
     }
     void* dev = nullptr;
-    CHECK(cudaMalloc(&dev, h.size() * 2));
-    CHECK(cudaMemcpy(dev, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc(&dev, h.size() * 2));
+    CUDA_CHECK(cudaMemcpy(dev, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
     return dev;
   };
   std::vector<int32_t> cu(s.docs + 1);
   for (int b = 0; b <= s.docs; ++b) cu[b] = int32_t(int64_t(b) * s.len);
   int32_t* cu_dev = nullptr;
-  CHECK(cudaMalloc(&cu_dev, cu.size() * 4));
-  CHECK(cudaMemcpy(cu_dev, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMalloc(&cu_dev, cu.size() * 4));
+  CUDA_CHECK(cudaMemcpy(cu_dev, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
 
   DeviceCall p{};
   p.q = bf16_tensor(s.hq, 1);
@@ -108,24 +101,24 @@ int main(int argc, char** argv) {
   p.stream = nullptr;
   const auto layout = quant::Qkv8Layout::make(T, s.docs, s.hq, s.hkv, s.d, p.recipe, true);
   void* qkv8 = nullptr;
-  CHECK(cudaMalloc(&qkv8, layout.bytes));
+  CUDA_CHECK(cudaMalloc(&qkv8, layout.bytes));
   const size_t flush_bytes = size_t(256) << 20;
   void* flush = nullptr;
-  CHECK(cudaMalloc(&flush, flush_bytes));
+  CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
   cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
 
   auto time = [&](const quant::BesideLaunch* beside) {
     std::vector<float> ms;
     for (int r = -2; r < s.reps; ++r) {  // two warm-up calls
-      CHECK(cudaMemsetAsync(flush, r & 0xff, flush_bytes));
-      CHECK(cudaEventRecord(start));
-      CHECK(quant::quantize_qkv(p, qkv8, true, beside));
-      CHECK(cudaEventRecord(stop));
-      CHECK(cudaEventSynchronize(stop));
+      CUDA_CHECK(cudaMemsetAsync(flush, r & 0xff, flush_bytes));
+      CUDA_CHECK(cudaEventRecord(start));
+      CUDA_CHECK(quant::quantize_qkv(p, qkv8, true, beside));
+      CUDA_CHECK(cudaEventRecord(stop));
+      CUDA_CHECK(cudaEventSynchronize(stop));
       float t = 0.0f;
-      CHECK(cudaEventElapsedTime(&t, start, stop));
+      CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
       if (r >= 0) ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());

@@ -19,6 +19,8 @@
 // arithmetic, not overlap, and does not exercise steps kept in flight.
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -151,15 +153,6 @@ cudaError_t launch_any(const KernelArgs& p, int n, bool rs, int ctas) {
   if (n == 128) return rs ? launch<kBf16, 16, true>(p, ctas) : launch<kBf16, 16, false>(p, ctas);
   return rs ? launch<kBf16, 32, true>(p, ctas) : launch<kBf16, 32, false>(p, ctas);
 }
-
-#define CUDA_CHECK(x)                                                               \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
 
 // ---- inputs --------------------------------------------------------------------------------
 struct Rng {
